@@ -1,0 +1,384 @@
+"""Merge presets, recipes and ``--set`` overrides into one validated config, with provenance.
+
+One merge order: schema default < preset (its ``extends`` chain, base first) < recipe (its ``extends``
+chain; its ``model:`` section overrides the preset) < ``--set dotted.key=value``. ``extends`` is the
+only inheritance key; any other key the schema does not know is an error naming the key, the file and
+line, and the closest valid key.
+
+Every resolved leaf value gets a provenance string: ``default``, ``<file>:<line>`` or ``--set``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from zebractl.config import catalog
+from zebractl.config.errors import ConfigError
+from zebractl.config.yamlio import load_with_lines, parse_scalar
+from zebractl.schemas.preset import ModelConfig, model_problems
+from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
+
+INHERIT_KEY = "extends"
+# Keys people reach for when they mean `extends`; named in the error so the fix is obvious.
+_INHERIT_LOOKALIKES = {"bases", "base", "inherit", "inherits", "include", "includes", "defaults",
+                       "_base_", "parent", "parents", "extend", "extents", "import", "imports"}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A validated config and where each of its values came from."""
+
+    kind: Literal["preset", "recipe"]
+    name: str
+    source: str
+    config: RunConfig | ModelConfig
+    provenance: dict[str, str]
+
+    @property
+    def run(self) -> RunConfig:
+        """The config as a recipe (errors for a preset)."""
+        if not isinstance(self.config, RunConfig):
+            raise ConfigError(f"{self.source} is a preset (an architecture), not a recipe; plan and "
+                              "train need a recipe that names it with `preset:`")
+        return self.config
+
+    @property
+    def derived(self) -> Derived | None:
+        """Derived values of a recipe; None for a preset."""
+        return derive(self.config) if isinstance(self.config, RunConfig) else None
+
+    def values(self) -> dict[str, Any]:
+        """The nested resolved values (aliases as written in YAML)."""
+        return self.config.model_dump(mode="json", by_alias=True)
+
+
+# ---- reading files ---------------------------------------------------------------------------------
+
+@dataclass
+class _Layer:
+    data: dict[str, Any]
+    lines: dict[str, int]
+    display: str
+    path: Path
+
+
+def _read_chain(path: Path, kind: catalog.Kind, seen: tuple[Path, ...] = ()) -> list[_Layer]:
+    """The file and what it extends, base first."""
+    real = path.resolve()
+    display = catalog.display_path(real)
+    if real in seen:
+        cycle = " -> ".join(catalog.display_path(p) for p in (*seen, real))
+        raise ConfigError(f"{display}: `extends` cycle: {cycle}")
+    data, lines = load_with_lines(real, display)
+    layer = _Layer(data, lines, display, real)
+    if INHERIT_KEY not in data:
+        return [layer]
+    ref = data.pop(INHERIT_KEY)
+    line = lines.pop(INHERIT_KEY)
+    if not isinstance(ref, str) or not ref:
+        raise ConfigError(f"{display}:{line}: extends: expected the name or path of one {kind}, got "
+                          f"{ref!r}", key=INHERIT_KEY)
+    try:
+        parent = catalog.find(ref, kind, real.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{display}:{line}: extends: {exc}", key=INHERIT_KEY) from None
+    return [*_read_chain(parent, kind, (*seen, real)), layer]
+
+
+def _where_of_leaves(value: Any, prefix: str, lines: dict[str, int], display: str,
+                     where: dict[str, str]) -> None:
+    line = lines.get(prefix)
+    if line is not None:
+        where[prefix] = f"{display}:{line}"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _where_of_leaves(v, f"{prefix}.{k}", lines, display, where)
+
+
+def _merge(target: dict[str, Any], src: dict[str, Any], *, prefix: str, lines: dict[str, int],
+           line_prefix: str, display: str, where: dict[str, str]) -> None:
+    """Deep-merge ``src`` into ``target``; mappings merge key by key, anything else replaces."""
+    for key, value in src.items():
+        dotted = f"{prefix}{key}"
+        line_key = f"{line_prefix}{key}"
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            if line_key in lines:
+                where[dotted] = f"{display}:{lines[line_key]}"
+            _merge(target[key], value, prefix=dotted + ".", lines=lines, line_prefix=line_key + ".",
+                   display=display, where=where)
+            continue
+        for stale in [k for k in where if k == dotted or k.startswith(dotted + ".")]:
+            del where[stale]
+        target[key] = copy.deepcopy(value)
+        shifted = {prefix + k[len(line_prefix):]: v for k, v in lines.items()
+                   if k == line_key or k.startswith(line_key + ".")}
+        _where_of_leaves(value, dotted, shifted, display, where)
+
+
+def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> None:
+    """Apply ``--set dotted.key=value`` overrides (YAML scalars) in order."""
+    for item in sets:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"--set {item!r}: expected dotted.key=value, e.g. "
+                              "--set schedule.lr=3e-4")
+        parts = key.split(".")
+        node = raw
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i + 1])} is a value, not a "
+                                  "section", key=key)
+            node = child
+        for stale in [k for k in where if k == key or k.startswith(key + ".")]:
+            del where[stale]
+        node[parts[-1]] = parse_scalar(text)
+        where[key] = "--set"
+        if isinstance(node[parts[-1]], dict):
+            for leaf in _leaf_keys(node[parts[-1]], key):
+                where[leaf] = "--set"
+
+
+def _leaf_keys(value: Any, prefix: str) -> list[str]:
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += _leaf_keys(v, f"{prefix}.{k}" if prefix else k)
+        return out
+    return [prefix]
+
+
+# ---- validation and error rendering ----------------------------------------------------------------
+
+def _unwrap(annotation: Any) -> Any:
+    """The model class inside Optional[...] / list[...] annotations, else None."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list):
+        for arg in typing.get_args(annotation):
+            found = _unwrap(arg)
+            if found is not None:
+                return found
+        return None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The schema class that owns the keys at ``loc`` (indices into lists are skipped)."""
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        model = _unwrap(field.annotation)
+    return model
+
+
+def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
+    key = dotted
+    while key:
+        if key in where:
+            return where[key]
+        key = key.rpartition(".")[0]
+    return default
+
+
+_EXPECTED = {
+    "float_type": "a number", "float_parsing": "a number", "int_type": "an integer",
+    "int_parsing": "an integer", "int_from_float": "a whole number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
+    "model_type": "a mapping of keys to values", "dict_type": "a mapping of keys to values",
+    "model_attributes_type": "a mapping of keys to values",
+}
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+           "less_than_equal": "<="}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _render(err: Any, root: type[BaseModel], prefix: str, where: dict[str, str],
+            default_src: str) -> tuple[str, str]:
+    """One pydantic error as (dotted key, 'file:line: key: message')."""
+    loc = tuple(err["loc"])
+    dotted = prefix + ".".join(str(p) for p in loc)
+    src = _source_of(dotted, where, default_src)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        owner = _model_at(root, loc[:-1])
+        valid = _keys_of(owner) if owner else []
+        if key in _INHERIT_LOOKALIKES and tuple(loc[:-1]) in ((), ("model",)):
+            msg = (f"unknown key '{key}': zebractl has exactly one inheritance key, "
+                   f"'{INHERIT_KEY}' (did you mean '{INHERIT_KEY}'?)")
+        else:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else \
+                f"valid keys here: {', '.join(valid)}" if valid else ""
+            msg = f"unknown key '{key}'" + (f" ({hint})" if hint else "")
+    elif kind == "missing":
+        msg = "required key is missing"
+    elif kind in _EXPECTED:
+        msg = f"expected {_EXPECTED[kind]}, got {_describe(err.get('input'))}"
+    elif kind in _BOUNDS:
+        bound = next(iter(err.get("ctx", {}).values()), "?")
+        msg = f"must be {_BOUNDS[kind]} {bound}, got {_describe(err.get('input'))}"
+    elif kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        value = err.get("input")
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ",").split(",")]
+        close = difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        msg = f"expected one of {expected}, got {_describe(value)}{hint}"
+    elif kind in ("too_short", "too_long"):
+        msg = err["msg"][0].lower() + err["msg"][1:]
+    else:
+        msg = err["msg"]
+    return dotted, f"{src}: {dotted or '(top level)'}: {msg}"
+
+
+def _validate(cls: type[RunConfig] | type[ModelConfig], raw: dict[str, Any], where: dict[str, str],
+              default_src: str) -> RunConfig | ModelConfig:
+    try:
+        cfg = cls.model_validate(raw)
+    except ValidationError as exc:
+        lines = [_render(e, cls, "", where, default_src)[1] for e in exc.errors()]
+        raise ConfigError("\n".join(lines), problems=lines) from None
+    found = run_problems(cfg) if isinstance(cfg, RunConfig) else model_problems(cfg)
+    if found:
+        lines = [f"{_source_of(k, where, default_src)}: {k}: {msg}" for k, msg in found]
+        raise ConfigError("\n".join(lines), problems=lines, key=found[0][0])
+    return cfg
+
+
+def _leaves(value: Any, prefix: str = "") -> list[str]:
+    if isinstance(value, dict):
+        out: list[str] = []
+        for k, v in value.items():
+            out += _leaves(v, f"{prefix}{k}.")
+        return out
+    return [prefix.rstrip(".")]
+
+
+def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
+    dumped = cfg.model_dump(mode="json", by_alias=True)
+    return {leaf: where.get(leaf, "default") for leaf in _leaves(dumped)}
+
+
+# ---- entry points ----------------------------------------------------------------------------------
+
+def detect_kind(path: Path) -> catalog.Kind:
+    """A recipe names a preset (directly or through `extends`), or says so in its $schema line."""
+    try:
+        head = path.read_text(encoding="utf-8").splitlines()[:1]
+    except (OSError, UnicodeDecodeError):
+        head = []
+    if head and "$schema=" in head[0]:
+        if "recipe.schema.json" in head[0]:
+            return "recipe"
+        if "preset.schema.json" in head[0]:
+            return "preset"
+    resolved = path.resolve()
+    if resolved.parent.name in ("recipes", "presets"):
+        return "recipe" if resolved.parent.name == "recipes" else "preset"
+    data, _ = load_with_lines(path)
+    return "recipe" if "preset" in data or "data" in data or "schedule" in data else "preset"
+
+
+def resolve_preset(ref: str | Path, sets: list[str] | None = None) -> Resolved:
+    """Validate a preset (architecture) file or shipped name on its own."""
+    path = Path(ref) if isinstance(ref, Path) else catalog.find(ref, "preset")
+    raw: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    layers = _read_chain(path, "preset")
+    for layer in layers:
+        _merge(raw, layer.data, prefix="", lines=layer.lines, line_prefix="",
+               display=layer.display, where=where)
+    apply_sets(raw, sets or [], where)
+    source = layers[-1].display
+    cfg = _validate(ModelConfig, raw, where, source)
+    return Resolved("preset", path.stem, source, cfg, _provenance(cfg, where))
+
+
+def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
+    """Resolve a recipe: its preset, its own chain, then ``--set`` overrides."""
+    path = Path(ref) if isinstance(ref, Path) else catalog.find(ref, "recipe")
+    chain = _read_chain(path, "recipe")
+    source = chain[-1].display
+
+    # Which preset, and from which file (relative paths resolve next to the file that names it).
+    preset_ref: Any = None
+    preset_layer: _Layer | None = None
+    for layer in chain:
+        if "preset" in layer.data:
+            preset_ref, preset_layer = layer.data["preset"], layer
+    for item in sets or []:
+        if item.partition("=")[0].strip() == "preset":
+            preset_ref, preset_layer = parse_scalar(item.partition("=")[2]), None
+    if preset_ref is None:
+        raise ConfigError(f"{source}: preset: required key is missing (name the architecture, e.g. "
+                          "`preset: kda_300M`; `zebractl presets` lists them)", key="preset")
+    if not isinstance(preset_ref, str):
+        where_ = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
+        raise ConfigError(f"{where_}: preset: expected a preset name or path, got "
+                          f"{_describe(preset_ref)}", key="preset")
+    try:
+        preset_path = catalog.find(preset_ref, "preset",
+                                   preset_layer.path.parent if preset_layer else None)
+    except ConfigError as exc:
+        where_ = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
+        raise ConfigError(f"{where_}: preset: {exc}", key="preset") from None
+
+    raw: dict[str, Any] = {"model": {}}
+    where: dict[str, str] = {}
+    for layer in _read_chain(preset_path, "preset"):
+        _merge(raw["model"], layer.data, prefix="model.", lines=layer.lines, line_prefix="",
+               display=layer.display, where=where)
+    for layer in chain:
+        _merge(raw, layer.data, prefix="", lines=layer.lines, line_prefix="",
+               display=layer.display, where=where)
+    apply_sets(raw, sets or [], where)
+    cfg = _validate(RunConfig, raw, where, source)
+    return Resolved("recipe", path.stem, source, cfg, _provenance(cfg, where))
+
+
+def resolve_any(ref: str, sets: list[str] | None = None) -> Resolved:
+    """A recipe or preset, by path (kind detected) or shipped name (recipes first)."""
+    if catalog.looks_like_path(ref) or Path(ref).is_file():
+        path = Path(ref)
+        if not path.is_file():
+            raise ConfigError(f"{ref}: no such file")
+        kind = detect_kind(path)
+        return resolve_recipe(path, sets) if kind == "recipe" else resolve_preset(path, sets)
+    if ref in catalog.shipped("recipe"):
+        return resolve_recipe(ref, sets)
+    if ref in catalog.shipped("preset"):
+        return resolve_preset(ref, sets)
+    names = [*catalog.shipped("recipe"), *catalog.shipped("preset")]
+    close = difflib.get_close_matches(ref, names, n=1)
+    did = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(f"no recipe or preset named '{ref}'{did}; give a path or see `zebractl "
+                      "recipes` / `zebractl presets`")

@@ -1,0 +1,1 @@
+"""Pydantic schemas of presets, recipes and reports (no heavy imports here)."""

@@ -1,0 +1,268 @@
+"""Run schema: a recipe (``recipes/*.yaml``) = a preset reference + data, batch, optimizer, schedule, ...
+
+The resolved form (:class:`RunConfig`) holds the fully merged ``model``; derived values (data-parallel
+size, gradient accumulation, iterations from a token budget) are computed by :func:`derive` after all
+layers merge, and cross-field rules are in :func:`run_problems`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from zebractl.schemas.base import StrictModel
+from zebractl.schemas.preset import ModelConfig, Problem, max_sequence_length, model_problems
+
+
+class DatasetEntry(StrictModel):
+    """One prepared dataset (Megatron .bin/.idx prefix or a `zebractl prepare` output directory)."""
+
+    path: str
+    """Path prefix of the .bin/.idx pair, or a prepared dataset directory."""
+    weight: float = Field(1.0, gt=0)
+    """Blend weight relative to the other datasets."""
+
+
+class DataConfig(StrictModel):
+    """Training data."""
+
+    paths: list[DatasetEntry] = Field(min_length=1)
+    """Prepared datasets and their blend weights."""
+    split: list[float] = Field(default_factory=lambda: [99.0, 1.0, 0.0], min_length=3, max_length=3)
+    """Train / validation / test proportions of each dataset."""
+    seq_length: int = Field(gt=0)
+    """Tokens per training sample."""
+    tokenizer: str
+    """Tokenizer: a local directory/file, or a hub id where a hub is reachable."""
+    num_workers: int = Field(2, ge=0)
+    """Data-loader worker processes per rank."""
+
+
+class BatchConfig(StrictModel):
+    """Batch sizes in samples; gradient accumulation is derived."""
+
+    micro: int = Field(gt=0)
+    """Samples per GPU per forward/backward (micro-batch)."""
+    global_: int = Field(gt=0, alias="global")
+    """Samples per optimizer step over all data-parallel ranks."""
+
+
+class OptimizerConfig(StrictModel):
+    """AdamW."""
+
+    type: Literal["adamw"] = "adamw"
+    """Optimizer."""
+    impl: Literal["megatron", "torch_fused"] = "megatron"
+    """Megatron's optimizer (fp32 main params) or torch.optim.AdamW(fused=True) as FLA trains."""
+    beta1: float = Field(0.9, ge=0, lt=1)
+    """Adam beta1."""
+    beta2: float = Field(0.999, ge=0, lt=1)
+    """Adam beta2."""
+    eps: float = Field(1e-8, gt=0)
+    """Adam epsilon."""
+    weight_decay: float = Field(0.0, ge=0)
+    """Decoupled weight decay."""
+    clip_grad: float = Field(1.0, ge=0)
+    """Global gradient-norm clip; 0 disables clipping."""
+    no_decay: list[str] = Field(default_factory=lambda: ["*.bias", "*norm.weight"])
+    """Glob patterns of parameter names that skip weight decay."""
+
+
+class ScheduleConfig(StrictModel):
+    """Learning-rate schedule and run length (iterations or a token budget)."""
+
+    lr: float = Field(gt=0)
+    """Peak learning rate."""
+    min_lr: float = Field(0.0, ge=0)
+    """Final learning rate of the decay."""
+    warmup_iterations: int = Field(0, ge=0)
+    """Linear warmup from 0 to lr."""
+    decay_style: Literal["cosine", "linear", "constant"] = "cosine"
+    """Decay after warmup."""
+    iterations: int | None = Field(None, gt=0)
+    """Optimizer steps; set this or train_tokens."""
+    train_tokens: int | None = Field(None, gt=0)
+    """Token budget; iterations = ceil(train_tokens / tokens per step)."""
+
+
+class ParallelismConfig(StrictModel):
+    """How the run is laid out on GPUs; data parallel = num_gpus / (tp * pp * cp)."""
+
+    num_gpus: int = Field(1, gt=0)
+    """GPUs the run is planned for (all nodes)."""
+    tp: int = Field(1, gt=0)
+    """Tensor-parallel size."""
+    pp: int = Field(1, gt=0)
+    """Pipeline-parallel size."""
+    cp: int = Field(1, gt=0)
+    """Context-parallel size."""
+    distributed_optimizer: bool = False
+    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+
+
+class CheckpointConfig(StrictModel):
+    """Checkpointing."""
+
+    dir: str | None = None
+    """Checkpoint directory; unset means OUTPUT_DIR/checkpoints."""
+    interval: int = Field(1000, gt=0)
+    """Save every N iterations (and at the end)."""
+    keep_last: int = Field(3, ge=0)
+    """Keep the newest N checkpoints; 0 keeps all."""
+    resume: Literal["auto", "never", "require"] = "auto"
+    """auto: resume from the newest valid checkpoint if any; require: fail without one."""
+
+
+class LoggingConfig(StrictModel):
+    """Metrics output."""
+
+    interval: int = Field(10, gt=0)
+    """Log every N iterations."""
+    jsonl: bool = True
+    """Write OUTPUT_DIR/metrics.jsonl."""
+    tensorboard: bool = True
+    """Write TensorBoard event files."""
+
+
+class KernelsConfig(StrictModel):
+    """Kernel backend and every FLA fusion toggle, as explicit booleans."""
+
+    backend: Literal["auto", "fla", "torch"] = "auto"
+    """auto: FLA Triton kernels on CUDA, pure PyTorch elsewhere; fla/torch force one."""
+    fused_rmsnorm: bool = True
+    """FLA fused RMSNorm (with residual add) for pre-norms and the final norm."""
+    fused_gated_norm: bool = True
+    """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
+    fused_swiglu: bool = True
+    """FLA Triton SwiGLU in the MLP."""
+    fused_short_conv: bool = True
+    """FLA Triton causal_conv1d for the short convolutions."""
+    fused_linear_cross_entropy: bool = True
+    """FLA FusedLinearCrossEntropyLoss: never materialises [tokens x vocab] logits."""
+    fused_ce_chunks: int = Field(32, gt=0)
+    """Chunks of the fused linear cross-entropy."""
+    kda_gate_in_kernel: bool = True
+    """Compute the KDA decay gate inside chunk_kda (recomputed in backward)."""
+    gdn_gate_in_kernel: bool = True
+    """Compute the GDN decay gate inside chunk_gated_delta_rule."""
+    qk_l2norm_in_kernel: bool = True
+    """L2-normalise q and k inside the delta-rule kernels."""
+
+
+class RunConfig(StrictModel):
+    """A resolved recipe: the merged model plus everything needed to run it."""
+
+    description: str = ""
+    """One-line summary shown by `zebractl recipes`."""
+    preset: str
+    """The architecture preset (a shipped name or a path) the model section starts from."""
+    model: ModelConfig
+    """The architecture (preset values merged with this recipe's overrides)."""
+    data: DataConfig
+    """Training data."""
+    batch: BatchConfig
+    """Batch sizes."""
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    """Optimizer."""
+    schedule: ScheduleConfig
+    """Learning-rate schedule and run length."""
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Compute precision (mixed-precision ones keep fp32 main params and grads)."""
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    """Parallel layout."""
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metrics output."""
+    kernels: KernelsConfig = Field(default_factory=KernelsConfig)
+    """Kernel backend and fusions."""
+    seed: int = 1234
+    """Random seed for init, data order and dropout."""
+    output_dir: str | None = None
+    """Run directory; unset means runs/<recipe name>."""
+
+
+class Derived(StrictModel):
+    """Values computed from a resolved recipe (never set by a user)."""
+
+    data_parallel: int
+    """num_gpus / (tp * pp * cp)."""
+    grad_accumulation: int
+    """global / (micro * data_parallel)."""
+    tokens_per_step: int
+    """global * seq_length."""
+    iterations: int
+    """Optimizer steps of the run."""
+    total_tokens: int
+    """iterations * tokens_per_step."""
+    sublayers: list[str]
+    """Explicit sublayer list (mixer, mlp, ...)."""
+
+
+def derive(cfg: RunConfig) -> Derived:
+    """Compute derived values; call only on a config without problems."""
+    p = cfg.parallelism
+    dp = p.num_gpus // (p.tp * p.pp * p.cp)
+    tokens = cfg.batch.global_ * cfg.data.seq_length
+    if cfg.schedule.iterations is not None:
+        iters = cfg.schedule.iterations
+    else:
+        assert cfg.schedule.train_tokens is not None
+        iters = -(-cfg.schedule.train_tokens // tokens)
+    return Derived(
+        data_parallel=dp,
+        grad_accumulation=cfg.batch.global_ // (cfg.batch.micro * dp),
+        tokens_per_step=tokens,
+        iterations=iters,
+        total_tokens=iters * tokens,
+        sublayers=list(cfg.model.sublayers),
+    )
+
+
+def run_problems(cfg: RunConfig) -> list[Problem]:
+    """Every cross-field inconsistency of a resolved recipe, keys relative to the config root."""
+    out: list[Problem] = [(f"model.{k}", msg) for k, msg in model_problems(cfg.model)]
+    m, p, b, s = cfg.model, cfg.parallelism, cfg.batch, cfg.schedule
+    model_parallel = p.tp * p.pp * p.cp
+    dp = 0
+    if p.num_gpus % model_parallel:
+        out.append(("parallelism.num_gpus", f"num_gpus {p.num_gpus} is not divisible by tp*pp*cp "
+                    f"= {p.tp}*{p.pp}*{p.cp} = {model_parallel}"))
+    else:
+        dp = p.num_gpus // model_parallel
+    if dp and b.global_ % (b.micro * dp):
+        out.append(("batch.global", f"global batch {b.global_} is not a multiple of micro batch "
+                    f"{b.micro} x data-parallel size {dp} = {b.micro * dp}"))
+    if (2 * m.num_blocks) % p.pp:
+        out.append(("parallelism.pp", f"{2 * m.num_blocks} sublayers ({m.num_blocks} blocks) do not "
+                    f"split evenly into {p.pp} pipeline stages"))
+    if p.tp > 1:
+        for name in ("kda", "gdn", "mla"):
+            block = getattr(m, name)
+            if block is not None and block.num_heads % p.tp:
+                out.append(("parallelism.tp", f"model.{name}.num_heads {block.num_heads} is not "
+                            f"divisible by tp {p.tp}"))
+        if m.kda is not None:
+            out.append(("parallelism.tp", "KDA's fused f_a/g_a bottleneck cannot be split: tp "
+                        "must be 1 for models with KDA blocks"))
+    if s.min_lr > s.lr:
+        out.append(("schedule.min_lr", f"min_lr {s.min_lr} is larger than lr {s.lr}"))
+    if (s.iterations is None) == (s.train_tokens is None):
+        out.append(("schedule.iterations", "set exactly one of schedule.iterations and "
+                    "schedule.train_tokens"))
+    else:
+        iters = s.iterations or -(-(s.train_tokens or 0) // (b.global_ * cfg.data.seq_length))
+        if s.warmup_iterations > iters:
+            out.append(("schedule.warmup_iterations", f"warmup {s.warmup_iterations} is longer "
+                        f"than the run ({iters} iterations)"))
+    limit, why = max_sequence_length(m)
+    if cfg.data.seq_length > limit:
+        out.append(("data.seq_length", f"seq_length {cfg.data.seq_length} exceeds the model's "
+                    f"{why} ({limit}); raise model.max_position_embeddings or configure MLA "
+                    "YaRN scaling"))
+    if sum(cfg.data.split) <= 0 or any(x < 0 for x in cfg.data.split):
+        out.append(("data.split", "split proportions must be non-negative and not all zero"))
+    if p.cp > 1 and cfg.data.seq_length % (2 * p.cp):
+        out.append(("data.seq_length", f"seq_length must be divisible by 2*cp = {2 * p.cp}"))
+    return out
