@@ -28,6 +28,7 @@ from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
 
 INHERIT_KEY = "extends"
 # Keys people reach for when they mean `extends`; named in the error so the fix is obvious.
+_RECIPE_ONLY_KEYS = set(RunConfig.model_fields) - {"description"}
 _INHERIT_LOOKALIKES = {"bases", "base", "inherit", "inherits", "include", "includes", "defaults",
                        "_base_", "parent", "parents", "extend", "extents", "import", "imports"}
 
@@ -265,7 +266,8 @@ def _validate(cls: type[RunConfig] | type[ModelConfig], raw: dict[str, Any], whe
     try:
         cfg = cls.model_validate(raw)
     except ValidationError as exc:
-        lines = [_render(e, cls, "", where, default_src)[1] for e in exc.errors()]
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        lines = [_render(e, cls, "", where, default_src)[1] for e in errors]
         raise ConfigError("\n".join(lines), problems=lines) from None
     found = run_problems(cfg) if isinstance(cfg, RunConfig) else model_problems(cfg)
     if found:
@@ -291,7 +293,7 @@ def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
 # ---- entry points ----------------------------------------------------------------------------------
 
 def detect_kind(path: Path) -> catalog.Kind:
-    """A recipe names a preset (directly or through `extends`), or says so in its $schema line."""
+    """A recipe says so in its $schema line, or has a key only recipes have (preset, data, ...)."""
     try:
         head = path.read_text(encoding="utf-8").splitlines()[:1]
     except (OSError, UnicodeDecodeError):
@@ -301,11 +303,8 @@ def detect_kind(path: Path) -> catalog.Kind:
             return "recipe"
         if "preset.schema.json" in head[0]:
             return "preset"
-    resolved = path.resolve()
-    if resolved.parent.name in ("recipes", "presets"):
-        return "recipe" if resolved.parent.name == "recipes" else "preset"
     data, _ = load_with_lines(path)
-    return "recipe" if "preset" in data or "data" in data or "schedule" in data else "preset"
+    return "recipe" if set(data) & _RECIPE_ONLY_KEYS else "preset"
 
 
 def resolve_preset(ref: str | Path, sets: list[str] | None = None) -> Resolved:

@@ -307,7 +307,7 @@ def model_problems(m: ModelConfig) -> list[Problem]:
     for name in ("kda", "gdn", "mamba2", "mla"):
         block = getattr(m, name)
         if name in used and block is None:
-            out.append((name, f"the layout uses {name} but the `{name}:` section is missing"))
+            out.append(("layout", f"the layout uses {name} but the `{name}:` section is missing"))
         if name not in used and block is not None:
             out.append((name, f"`{name}:` is set but no block uses {name}; remove it (or set it to "
                         "null) so the preset says only what the model is"))

@@ -1,0 +1,57 @@
+"""The `zebractl` command line: one Typer app, one module per command group.
+
+Nothing heavy is imported here or in the command modules at import time (no torch, megatron, fla,
+transformers, and not even pydantic): `--help` and Tab completion stay instant.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from zebractl import __version__
+from zebractl.cli import catalog as _catalog
+from zebractl.cli import config as _config
+from zebractl.cli import pending as _pending
+from zebractl.cli import plan as _plan
+from zebractl.cli import schema as _schema
+from zebractl.cli._common import state
+
+EPILOG = (
+    "Exit codes: 0 ok; 1 runtime failure; 2 usage or config error; 3 a check ran and failed; "
+    "130 interrupted. Merge order of every value: schema default < preset < recipe < --set."
+)
+
+app = typer.Typer(
+    name="zebractl",
+    help="Declarative pretraining of Zebra hybrid recurrent-attention language models "
+    "(KDA / GDN / Mamba2 mixers + MLA + SwiGLU) on megatron-core with FLA kernels.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"zebractl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Zebra pretraining: configs that never lie, FLA-speed training, provable parity."""
+    state.verbose = verbose
+
+
+app.add_typer(_config.app, name="config")
+app.command("presets", epilog=EPILOG)(_catalog.presets)
+app.command("recipes", epilog=EPILOG)(_catalog.recipes)
+app.command("plan", epilog=EPILOG)(_plan.plan)
+app.add_typer(_schema.app, name="schema")
+_pending.register(app, EPILOG)

@@ -1,0 +1,120 @@
+"""Shared CLI plumbing: exit codes, error handling, JSON output, completion of names.
+
+Only light imports here (typer, stdlib, the catalog): this module runs on every Tab press.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from zebractl.config.errors import ConfigError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CHECK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+SCHEMA_VERSION = 1
+
+
+class CheckFailed(Exception):
+    """A check ran and failed (exit code 3). The message has been printed already or is printed."""
+
+
+class _State:
+    verbose = False
+
+
+state = _State()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def err(message: str) -> None:
+    """Print a message for humans on stderr."""
+    print(message, file=sys.stderr)
+
+
+def guarded(fn: F) -> F:
+    """Map exceptions to documented exit codes; tracebacks only with -v."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except ConfigError as exc:
+            if state.verbose:
+                import traceback
+
+                traceback.print_exc()
+            err(f"error: {exc}" if len(exc.problems) == 1 else
+                "error: the config has problems:\n" + "\n".join(f"  {p}" for p in exc.problems))
+            raise typer.Exit(EXIT_USAGE) from None
+        except CheckFailed as exc:
+            if str(exc):
+                err(f"check failed: {exc}")
+            raise typer.Exit(EXIT_CHECK) from None
+        except KeyboardInterrupt:
+            err("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:  # noqa: BLE001 - the CLI boundary: report, don't dump
+            if state.verbose:
+                raise
+            err(f"error: {type(exc).__name__}: {exc} (run `zebractl -v ...` for the traceback)")
+            raise typer.Exit(EXIT_FAILURE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """Write exactly one JSON document to stdout."""
+    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n")
+
+
+def _names(kind: str) -> list[str]:
+    from zebractl.config import catalog
+
+    return list(catalog.shipped(kind))  # type: ignore[arg-type]
+
+
+def _yaml_paths(incomplete: str) -> list[str]:
+    base = Path(incomplete).parent if incomplete else Path(".")
+    try:
+        entries = sorted(base.iterdir()) if base.is_dir() else []
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        text = str(entry) if str(base) != "." or incomplete.startswith("./") else entry.name
+        if not text.startswith(incomplete) or entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            out.append(text + "/")
+        elif entry.suffix in (".yaml", ".yml"):
+            out.append(text)
+    return out
+
+
+def complete_recipe(incomplete: str) -> list[str]:
+    """Shipped recipe names, then matching .yaml files and folders."""
+    return [n for n in _names("recipe") if n.startswith(incomplete)] + _yaml_paths(incomplete)
+
+
+def complete_preset(incomplete: str) -> list[str]:
+    """Shipped preset names, then matching .yaml files and folders."""
+    return [n for n in _names("preset") if n.startswith(incomplete)] + _yaml_paths(incomplete)
+
+
+def complete_config(incomplete: str) -> list[str]:
+    """Recipe and preset names, then matching .yaml files and folders."""
+    names = _names("recipe") + [n for n in _names("preset") if n not in _names("recipe")]
+    return [n for n in names if n.startswith(incomplete)] + _yaml_paths(incomplete)
+
+
+SET_HELP = ("Override one value: dotted.key=value (a YAML scalar), e.g. --set schedule.lr=3e-4. "
+            "Repeatable; applied last, after the preset and the recipe.")
+JSON_HELP = "Print one JSON document on stdout (schema_version 1) instead of tables."

@@ -1,0 +1,76 @@
+"""`zebractl presets` and `zebractl recipes`: what ships, one line each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from zebractl.cli._common import JSON_HELP, emit_json, guarded
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold", justify="right" if col == "params" else "left")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(Console().width, 120)).print(table)
+
+
+@guarded
+def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """List the shipped architecture presets with their size and layout."""
+    from zebractl.config import catalog
+    from zebractl.config.resolve import resolve_preset
+    from zebractl.layout import model_shapes, numel
+
+    items: list[dict[str, Any]] = []
+    for name, path in catalog.shipped("preset").items():
+        m = resolve_preset(path).config
+        mixers = sorted(set(m.blocks))  # type: ignore[union-attr]
+        items.append({"name": name, "description": m.description,  # type: ignore[union-attr]
+                      "parameters": numel(model_shapes(m)),  # type: ignore[arg-type]
+                      "num_blocks": m.num_blocks, "hidden_size": m.hidden_size,  # type: ignore[union-attr]
+                      "mixers": mixers, "path": catalog.display_path(path)})
+    if json_out:
+        emit_json({"presets": items})
+        return
+    _print_table("presets", ["name", "params", "blocks", "mixers", "description"],
+                 [[i["name"], _human(i["parameters"]), str(i["num_blocks"]), "+".join(i["mixers"]),
+                   i["description"]] for i in items])
+
+
+@guarded
+def recipes(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """List the shipped recipes: preset, GPUs, batch, length."""
+    from zebractl.config import catalog
+    from zebractl.config.resolve import resolve_recipe
+
+    items: list[dict[str, Any]] = []
+    for name, path in catalog.shipped("recipe").items():
+        r = resolve_recipe(path)
+        cfg, d = r.run, r.derived
+        assert d is not None
+        items.append({"name": name, "description": cfg.description, "preset": cfg.preset,
+                      "num_gpus": cfg.parallelism.num_gpus, "micro_batch": cfg.batch.micro,
+                      "global_batch": cfg.batch.global_, "seq_length": cfg.data.seq_length,
+                      "iterations": d.iterations, "total_tokens": d.total_tokens,
+                      "path": catalog.display_path(path)})
+    if json_out:
+        emit_json({"recipes": items})
+        return
+    _print_table("recipes", ["name", "preset", "gpus", "batch", "tokens", "description"],
+                 [[i["name"], i["preset"], str(i["num_gpus"]),
+                   f"{i['micro_batch']}/{i['global_batch']}x{i['seq_length']}",
+                   _human(i["total_tokens"]), i["description"]] for i in items])
