@@ -40,7 +40,7 @@ def _fmt(value: Any) -> str:
 def show(
     config: str = typer.Argument(..., help="Recipe or preset: a shipped name or a .yaml path.",
                                  autocompletion=complete_config),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),  # noqa: B008
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Print every resolved value with its source (default, FILE:LINE or --set)."""

@@ -48,7 +48,7 @@ def prepare(
 def train(
     recipe: str = typer.Argument(..., help="Recipe: shipped name or .yaml path.",
                                  autocompletion=complete_recipe),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),  # noqa: B008
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
     output: Path = typer.Option(None, "--output", "-o", help="Run directory."),  # noqa: B008
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),

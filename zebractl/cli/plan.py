@@ -17,7 +17,7 @@ def _n(x: float) -> str:
 def plan(
     recipe: str = typer.Argument(..., help="Recipe: a shipped name or a .yaml path.",
                                  autocompletion=complete_recipe),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP),  # noqa: B008
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""

@@ -2,7 +2,8 @@
 
 :func:`load_with_lines` returns the document as plain Python plus a map ``dotted.key -> line`` (1-based)
 for every mapping key. Scalars follow YAML 1.2 for floats (``1e-6`` is a float, as users expect, where
-PyYAML's YAML 1.1 default reads it as a string). Duplicate keys are an error, not a silent overwrite.
+PyYAML's YAML 1.1 default reads it as a string), and only ``true``/``false`` are booleans (not
+``yes``/``no``/``on``/``off``). Duplicate keys are an error, not a silent overwrite.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ _Loader.yaml_implicit_resolvers = {
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+# YAML 1.2 booleans: only true/false. YAML 1.1's yes/no/on/off silently became booleans.
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in _Loader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def parse_scalar(text: str) -> Any:

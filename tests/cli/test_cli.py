@@ -1,0 +1,169 @@
+"""The CLI surface: help, exit codes, lists, diff, pending commands, import hygiene, speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXE = str(Path(sys.executable).with_name("zebractl"))
+HEAVY = ("torch", "megatron", "fla", "transformers", "lm_eval")
+
+_PROBE = """
+import sys
+from zebractl.cli import app
+try:
+    app(prog_name="zebractl")
+except SystemExit:
+    pass
+print("LOADED:" + ",".join(m for m in {mods!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+def _loaded(argv: list[str], env: dict[str, str] | None = None) -> set[str]:
+    code = _PROBE.format(mods=HEAVY)
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})}, timeout=60)
+    line = [x for x in out.stderr.splitlines() if x.startswith("LOADED:")][-1]
+    return {m for m in line[len("LOADED:"):].split(",") if m}
+
+
+def test_help_and_completion_import_nothing_heavy():
+    assert _loaded(["--help"]) == set()
+    assert _loaded(["plan", "--help"]) == set()
+    env = {"_ZEBRACTL_COMPLETE": "complete_bash", "COMP_WORDS": "zebractl plan kda_",
+           "COMP_CWORD": "2"}
+    assert _loaded([], env) == set()
+    # even a real config command needs no ML framework
+    assert not _loaded(["plan", "kda_300M", "--json"]) & set(HEAVY)
+
+
+def test_help_is_fast():
+    best = min(_time([EXE, "--help"]) for _ in range(3))
+    assert best < 0.5, f"zebractl --help took {best:.3f}s"
+
+
+def _time(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=True, timeout=60)
+    return time.perf_counter() - start
+
+
+def test_help_documents_exit_codes_and_commands(cli):
+    result = cli("--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "0 ok; 1 runtime failure; 2 usage or config error; 3 a check ran and failed" in text
+    for command in ("prepare", "train", "convert", "verify", "eval", "compare", "plan", "config",
+                    "presets", "recipes", "schema"):
+        assert f"\n  {command} " in result.stdout
+
+
+PENDING = {
+    "prepare": (["in.jsonl", "--tokenizer", "t", "--output", "o"], ["--tokenizer", "--output",
+                "--workers", "--text-key", "--seq-length", "--fla-aligned", "--demo", "--verify",
+                "--json"]),
+    "train": (["tiny_kda"], ["RECIPE", "--set", "--output", "--nproc", "--slurm", "--submit",
+              "--init-from"]),
+    "convert": (["a", "b"], ["SOURCE", "DESTINATION", "--to", "--recipe"]),
+    "verify": (["a", "b"], ["ORIGINAL", "CONVERTED", "--json"]),
+    "eval": (["ckpt"], ["CHECKPOINT", "--tasks", "--json"]),
+    "compare": (["a", "b"], ["RUN", "REFERENCE", "--assert", "--json"]),
+}
+
+
+@pytest.mark.parametrize("command", PENDING)
+def test_pending_commands_say_so_and_exit_2(cli, command):
+    argv, planned = PENDING[command]
+    help_text = cli(command, "--help").stdout.lower()
+    for arg in planned:
+        assert arg.lower() in help_text, arg
+    result = cli(command, *argv)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not available yet" in lines[0] and "nothing was done" in lines[0]
+
+
+def test_version(cli):
+    from zebractl import __version__
+
+    result = cli("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"zebractl {__version__}"
+
+
+def test_usage_error_exits_2(cli):
+    assert cli("plan").exit_code == 2
+    assert cli("nosuchcommand").exit_code == 2
+    assert cli("plan", "tiny_kda", "--nosuchflag").exit_code == 2
+
+
+def test_runtime_failure_exits_1_and_traceback_only_with_verbose(cli, monkeypatch):
+    import zebractl.planning.plan as plan_mod
+
+    def boom(self):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(plan_mod.Plan, "to_dict", boom)
+    result = cli("plan", "tiny_kda")
+    assert result.exit_code == 1
+    assert "RuntimeError: disk on fire" in result.stderr and "Traceback" not in result.output
+    verbose = cli("-v", "plan", "tiny_kda")
+    assert isinstance(verbose.exception, RuntimeError)
+
+
+def test_no_duplicate_option_strings():
+    import typer.main
+
+    from zebractl.cli import app
+
+    def walk(cmd, path):
+        seen: dict[str, str] = {}
+        for param in cmd.params:
+            for opt in [*param.opts, *param.secondary_opts]:
+                assert opt not in seen, f"{path}: {opt} used twice"
+                seen[opt] = param.name
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "zebractl")
+
+
+def test_presets_and_recipes_lists(cli):
+    presets = json.loads(cli("presets", "--json").stdout)["presets"]
+    by_name = {p["name"]: p for p in presets}
+    assert by_name["kda_300M"]["parameters"] == 303_549_280
+    assert by_name["zebra_mamba_8B_hybrid"]["mixers"] == ["mamba2", "mla"]
+    recipes = json.loads(cli("recipes", "--json").stdout)["recipes"]
+    kda = next(r for r in recipes if r["name"] == "kda_300M")
+    assert (kda["preset"], kda["global_batch"], kda["iterations"]) == ("kda_300M", 1024, 4768)
+    human = cli("presets").stdout
+    assert "303.55M" in human and "Pure KDA 300M" in human
+    assert "tiny_hybrid" in cli("recipes").stdout
+
+
+def test_config_diff(cli):
+    result = cli("config", "diff", "kda_300M", "gdn_300M", "--json")
+    assert result.exit_code == 0
+    diffs = {d["key"]: d for d in json.loads(result.stdout)["differences"]}
+    assert diffs["model.layout.mixer"]["a"] == "kda" and diffs["model.layout.mixer"]["b"] == "gdn"
+    assert diffs["model.kda"]["b"] is None
+    assert "schedule.lr" not in diffs
+    assert diffs["preset"]["a_source"].startswith("recipes/kda_300M.yaml:")
+    same = cli("config", "diff", "kda_300M", "recipes/kda_300M.yaml")
+    assert same.exit_code == 0 and "no differences" in same.stdout
+    human = cli("config", "diff", "tiny_kda", "tiny_gdn")
+    assert "model.layout.mixer" in human.stdout
+
+
+def test_config_validate_many(cli):
+    result = cli("config", "validate", "recipes/kda_300M.yaml", "presets/gdn_300M.yaml", "tiny_kda",
+                 "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["ok"] and [r["kind"] for r in doc["results"]] == ["recipe", "preset", "recipe"]
