@@ -106,8 +106,7 @@ def mamba2_shapes(m: ModelConfig) -> Shapes:
     s["mixer.conv1d.weight"] = (conv_dim, 1, mb.conv_size)
     if mb.conv_bias:
         s["mixer.conv1d.bias"] = (conv_dim,)
-    s |= {"mixer.A_log": (d.num_heads,), "mixer.D": (d.num_heads,),
-          "mixer.dt_bias": (d.num_heads,)}
+    s |= {"mixer.A_log": (d.num_heads,), "mixer.D": (d.num_heads,), "mixer.dt_bias": (d.num_heads,)}
     s |= _norm(m, "mixer.norm", d.d_inner)
     s |= _linear(m, "mixer.out_proj", h, d.d_inner)
     return s
@@ -128,8 +127,9 @@ def mla_shapes(m: ModelConfig) -> Shapes:
         s |= _linear(m, p + "linear_q_up_proj", q_dim, a.q_lora_rank)
     s |= _linear(m, p + "linear_kv_down_proj", a.kv_lora_rank + a.qk_pos_emb_head_dim, h)
     s |= _norm(m, p + "kv_layernorm", a.kv_lora_rank)
-    s |= _linear(m, p + "linear_kv_up_proj", a.num_heads * (a.qk_head_dim + a.v_head_dim),
-                 a.kv_lora_rank)
+    s |= _linear(
+        m, p + "linear_kv_up_proj", a.num_heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank
+    )
     s |= _linear(m, p + "linear_proj", h, a.num_heads * a.v_head_dim)
     return s
 
@@ -143,8 +143,13 @@ def mlp_shapes(m: ModelConfig) -> Shapes:
     return s
 
 
-SUBLAYER_SHAPES = {"kda": kda_shapes, "gdn": gdn_shapes, "mamba2": mamba2_shapes,
-                   "mla": mla_shapes, "mlp": mlp_shapes}
+SUBLAYER_SHAPES = {
+    "kda": kda_shapes,
+    "gdn": gdn_shapes,
+    "mamba2": mamba2_shapes,
+    "mla": mla_shapes,
+    "mlp": mlp_shapes,
+}
 
 
 def model_shapes(m: ModelConfig) -> Shapes:

@@ -27,17 +27,25 @@ print("LOADED:" + ",".join(m for m in {mods!r} if m in sys.modules), file=sys.st
 
 def _loaded(argv: list[str], env: dict[str, str] | None = None) -> set[str]:
     code = _PROBE.format(mods=HEAVY)
-    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                         env={**os.environ, **(env or {})}, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
     line = [x for x in out.stderr.splitlines() if x.startswith("LOADED:")][-1]
-    return {m for m in line[len("LOADED:"):].split(",") if m}
+    return {m for m in line[len("LOADED:") :].split(",") if m}
 
 
 def test_help_and_completion_import_nothing_heavy():
     assert _loaded(["--help"]) == set()
     assert _loaded(["plan", "--help"]) == set()
-    env = {"_ZEBRACTL_COMPLETE": "complete_bash", "COMP_WORDS": "zebractl plan kda_",
-           "COMP_CWORD": "2"}
+    env = {
+        "_ZEBRACTL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "zebractl plan kda_",
+        "COMP_CWORD": "2",
+    }
     assert _loaded([], env) == set()
     # even a real config command needs no ML framework
     assert not _loaded(["plan", "kda_300M", "--json"]) & set(HEAVY)
@@ -59,17 +67,41 @@ def test_help_documents_exit_codes_and_commands(cli):
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
     assert "0 ok; 1 runtime failure; 2 usage or config error; 3 a check ran and failed" in text
-    for command in ("prepare", "train", "convert", "verify", "eval", "compare", "plan", "config",
-                    "presets", "recipes", "schema"):
+    for command in (
+        "prepare",
+        "train",
+        "convert",
+        "verify",
+        "eval",
+        "compare",
+        "plan",
+        "config",
+        "presets",
+        "recipes",
+        "schema",
+    ):
         assert f"\n  {command} " in result.stdout
 
 
 PENDING = {
-    "prepare": (["in.jsonl", "--tokenizer", "t", "--output", "o"], ["--tokenizer", "--output",
-                "--workers", "--text-key", "--seq-length", "--fla-aligned", "--demo", "--verify",
-                "--json"]),
-    "train": (["tiny_kda"], ["RECIPE", "--set", "--output", "--nproc", "--slurm", "--submit",
-              "--init-from"]),
+    "prepare": (
+        ["in.jsonl", "--tokenizer", "t", "--output", "o"],
+        [
+            "--tokenizer",
+            "--output",
+            "--workers",
+            "--text-key",
+            "--seq-length",
+            "--fla-aligned",
+            "--demo",
+            "--verify",
+            "--json",
+        ],
+    ),
+    "train": (
+        ["tiny_kda"],
+        ["RECIPE", "--set", "--output", "--nproc", "--slurm", "--submit", "--init-from"],
+    ),
     "convert": (["a", "b"], ["SOURCE", "DESTINATION", "--to", "--recipe"]),
     "verify": (["a", "b"], ["ORIGINAL", "CONVERTED", "--json"]),
     "eval": (["ckpt"], ["CHECKPOINT", "--tasks", "--json"]),
@@ -162,8 +194,9 @@ def test_config_diff(cli):
 
 
 def test_config_validate_many(cli):
-    result = cli("config", "validate", "recipes/kda_300M.yaml", "presets/gdn_300M.yaml", "tiny_kda",
-                 "--json")
+    result = cli(
+        "config", "validate", "recipes/kda_300M.yaml", "presets/gdn_300M.yaml", "tiny_kda", "--json"
+    )
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["ok"] and [r["kind"] for r in doc["results"]] == ["recipe", "preset", "recipe"]

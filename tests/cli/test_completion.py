@@ -92,7 +92,8 @@ def test_yaml_paths_complete(shell, tmp_path):
 def test_show_completion_script(shell):
     # With detection disabled, --show-completion takes the shell name as its value.
     env = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
-    out = subprocess.run([EXE, "--show-completion", shell], env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [EXE, "--show-completion", shell], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert "_ZEBRACTL_COMPLETE" in out.stdout and f"complete_{shell}" in out.stdout

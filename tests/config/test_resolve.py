@@ -20,15 +20,19 @@ schedule: {lr: 1.0e-3, iterations: 10}
 
 
 def test_merge_order_default_preset_recipe_set(write):
-    write("base.yaml", """
+    write(
+        "base.yaml",
+        """
         extends: tiny_kda
         hidden_size: 96
         norm: {eps: 1.0e-5}
-    """)
+    """,
+    )
     write("child.yaml", "extends: base.yaml\nffn_hidden_size: 256\n")
     write("r.yaml", "preset: child.yaml\nmodel:\n  norm:\n    eps: 1.0e-4\n" + BODY)
-    r = resolve_recipe(__import__("pathlib").Path("r.yaml"),
-                       ["schedule.lr=5e-4", "model.hidden_size=128"])
+    r = resolve_recipe(
+        __import__("pathlib").Path("r.yaml"), ["schedule.lr=5e-4", "model.hidden_size=128"]
+    )
     cfg, prov = r.run, r.provenance
     # default
     assert cfg.optimizer.beta2 == 0.999 and prov["optimizer.beta2"] == "default"
@@ -44,11 +48,14 @@ def test_merge_order_default_preset_recipe_set(write):
 
 
 def test_null_removes_an_inherited_section(write):
-    write("p.yaml", """
+    write(
+        "p.yaml",
+        """
         extends: tiny_hybrid
         layout: {mixer: kda, hybrid_attention_ratio: 0.0}
         mla: null
-    """)
+    """,
+    )
     r = resolve_preset(__import__("pathlib").Path("p.yaml"))
     assert r.config.mla is None and r.provenance["mla"] == "p.yaml:3"
     assert r.config.blocks == ["kda"] * 4
@@ -58,7 +65,9 @@ def test_recipe_extends_recipe(write):
     write("r.yaml", "extends: tiny_gdn\nseed: 7\n")
     r = resolve_any("r.yaml")
     assert r.kind == "recipe" and r.run.seed == 7 and r.provenance["seed"] == "r.yaml:2"
-    assert r.run.preset == "tiny_gdn" and r.provenance["preset"].startswith("recipes/tiny_gdn.yaml:")
+    assert r.run.preset == "tiny_gdn" and r.provenance["preset"].startswith(
+        "recipes/tiny_gdn.yaml:"
+    )
 
 
 def test_preset_path_resolves_next_to_the_recipe(write, tmp_path, monkeypatch):
@@ -128,11 +137,14 @@ def test_plan_on_a_preset_says_it_is_not_a_recipe(cli):
 
 
 def test_config_errors_collect_all_problems(write):
-    write("p.yaml", """
+    write(
+        "p.yaml",
+        """
         extends: tiny_kda
         hidden_size: -1
         norm: {eps: 0}
-    """)
+    """,
+    )
     with pytest.raises(ConfigError) as info:
         resolve_preset(__import__("pathlib").Path("p.yaml"))
     assert len(info.value.problems) == 2

@@ -8,11 +8,24 @@ from zebractl.config.errors import ConfigError
 from zebractl.config.yamlio import load_with_lines, parse_scalar
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("1e-6", 1e-6), ("1.0e-6", 1e-6), ("-2E3", -2000.0), (".5", 0.5), ("3", 3), ("true", True),
-    ("false", False), ("null", None), ("yes", "yes"), ("on", "on"), ("[1, 2]", [1, 2]),
-    ("'0.1'", "0.1"), ("abc", "abc"),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1e-6", 1e-6),
+        ("1.0e-6", 1e-6),
+        ("-2E3", -2000.0),
+        (".5", 0.5),
+        ("3", 3),
+        ("true", True),
+        ("false", False),
+        ("null", None),
+        ("yes", "yes"),
+        ("on", "on"),
+        ("[1, 2]", [1, 2]),
+        ("'0.1'", "0.1"),
+        ("abc", "abc"),
+    ],
+)
 def test_scalars_follow_yaml_1_2(text, value):
     parsed = parse_scalar(text)
     assert parsed == value and type(parsed) is type(value)

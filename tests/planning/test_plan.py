@@ -13,8 +13,12 @@ from zebractl.planning.plan import Plan
 from zebractl.schemas.preset import LayoutConfig, resolve_blocks
 
 # FLA 0.6.0 model classes (tied, vocab 128256); 1B values from the reference notes (fla.md §2.3).
-FLA_COUNTS = {"kda_300M": 303_549_280, "gdn_300M": 307_767_232,
-              "kda_1B": 1_175_153_920, "gdn_1B": 1_203_441_152}
+FLA_COUNTS = {
+    "kda_300M": 303_549_280,
+    "gdn_300M": 307_767_232,
+    "kda_1B": 1_175_153_920,
+    "gdn_1B": 1_203_441_152,
+}
 
 
 @pytest.mark.parametrize(("name", "total"), FLA_COUNTS.items())
@@ -22,8 +26,10 @@ def test_parameter_count_equals_fla(name, total):
     assert numel(model_shapes(resolve_preset(name).config)) == total
 
 
-@pytest.mark.parametrize(("recipe", "total"), [("recipes/kda_300M.yaml", 303_549_280),
-                                               ("recipes/gdn_300M.yaml", 307_767_232)])
+@pytest.mark.parametrize(
+    ("recipe", "total"),
+    [("recipes/kda_300M.yaml", 303_549_280), ("recipes/gdn_300M.yaml", 307_767_232)],
+)
 def test_plan_json_parameters_total(cli, recipe, total):
     result = cli("plan", recipe, "--json")
     assert result.exit_code == 0, result.output
@@ -32,8 +38,12 @@ def test_plan_json_parameters_total(cli, recipe, total):
     assert doc["parameters"]["total"] == total
     p = doc["parameters"]
     assert p["embedding"] == 128256 * 1024
-    parts = p["embedding"] + p["output_layer"] + p["final_norm"] + sum(
-        v["total"] for v in p["by_sublayer"].values())
+    parts = (
+        p["embedding"]
+        + p["output_layer"]
+        + p["final_norm"]
+        + sum(v["total"] for v in p["by_sublayer"].values())
+    )
     assert parts == total
 
 
@@ -62,10 +72,18 @@ def test_hybrid_shapes_match_primus_layout():
     assert m["decoder.layers.2.mixer.conv1d.weight"] == (3072, 1, 4)
 
 
-@pytest.mark.parametrize(("n", "ratio", "expected"), [
-    (12, 0.25, "AMMMAMMMAMMM"), (16, 0.25, "AMMM" * 4), (4, 0.0, "MMMM"), (4, 1.0, "AAAA"),
-    (5, 0.25, "AMMMM"), (6, 0.5, "AMAMAM"), (4, 0.75, "MAAA"),
-])
+@pytest.mark.parametrize(
+    ("n", "ratio", "expected"),
+    [
+        (12, 0.25, "AMMMAMMMAMMM"),
+        (16, 0.25, "AMMM" * 4),
+        (4, 0.0, "MMMM"),
+        (4, 1.0, "AAAA"),
+        (5, 0.25, "AMMMM"),
+        (6, 0.5, "AMAMAM"),
+        (4, 0.75, "MAAA"),
+    ],
+)
 def test_block_allocation(n, ratio, expected):
     blocks = resolve_blocks(LayoutConfig(mixer="gdn", hybrid_attention_ratio=ratio), n)
     assert "".join("A" if b == "mla" else "M" for b in blocks) == expected
@@ -93,23 +111,34 @@ def test_flops_attention_term_scales_with_sequence():
 def test_plan_batch_and_memory():
     cfg = resolve_recipe("kda_300M", ["parallelism.num_gpus=1", "batch.micro=64"]).run
     doc = Plan("kda_300M", cfg).to_dict()
-    assert doc["batch"] == {"micro": 64, "data_parallel": 1, "grad_accumulation": 16,
-                            "global": 1024, "num_gpus": 1, "tp": 1, "pp": 1, "cp": 1}
+    assert doc["batch"] == {
+        "micro": 64,
+        "data_parallel": 1,
+        "grad_accumulation": 16,
+        "global": 1024,
+        "num_gpus": 1,
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+    }
     assert doc["tokens"]["per_step"] == 1024 * 2048
     mem = doc["memory_per_gpu"]
     assert mem["optimizer_gib"] == pytest.approx(303_549_280 * 8 / 2**30, abs=0.01)
     assert 0 < mem["activations_gib"] < mem["total_gib"]
-    half = Plan("x", resolve_recipe("kda_300M", ["parallelism.num_gpus=1",
-                                                   "batch.micro=32"]).run).to_dict()
+    half = Plan(
+        "x", resolve_recipe("kda_300M", ["parallelism.num_gpus=1", "batch.micro=32"]).run
+    ).to_dict()
     assert half["memory_per_gpu"]["activations_gib"] == pytest.approx(
-        mem["activations_gib"] / 2, rel=0.02)
+        mem["activations_gib"] / 2, rel=0.02
+    )
 
 
 def test_distributed_optimizer_shards_state():
     base = ["parallelism.num_gpus=8", "batch.micro=128"]
     off = Plan("x", resolve_recipe("kda_300M", base).run).to_dict()["memory_per_gpu"]
-    on = Plan("x", resolve_recipe("kda_300M", [*base, "parallelism.distributed_optimizer=true"]
-                                  ).run).to_dict()["memory_per_gpu"]
+    on = Plan(
+        "x", resolve_recipe("kda_300M", [*base, "parallelism.distributed_optimizer=true"]).run
+    ).to_dict()["memory_per_gpu"]
     assert on["optimizer_gib"] == pytest.approx(off["optimizer_gib"] / 8, abs=0.01)
 
 

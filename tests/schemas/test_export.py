@@ -18,7 +18,8 @@ def test_committed_schemas_are_current():
     for name, schema in file_schemas().items():
         committed = REPO / "schemas" / name
         assert committed.read_text() == render(schema), (
-            f"schemas/{name} is stale: run `zebractl schema export`")
+            f"schemas/{name} is stale: run `zebractl schema export`"
+        )
 
 
 def test_export_check_detects_stale_files(cli, tmp_path):

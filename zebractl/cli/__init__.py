@@ -42,8 +42,9 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks on errors."),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Zebra pretraining: configs that never lie, FLA-speed training, provable parity."""
     state.verbose = verbose

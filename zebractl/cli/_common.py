@@ -51,8 +51,11 @@ def guarded(fn: F) -> F:
                 import traceback
 
                 traceback.print_exc()
-            err(f"error: {exc}" if len(exc.problems) == 1 else
-                "error: the config has problems:\n" + "\n".join(f"  {p}" for p in exc.problems))
+            err(
+                f"error: {exc}"
+                if len(exc.problems) == 1
+                else "error: the config has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
+            )
             raise typer.Exit(EXIT_USAGE) from None
         except CheckFailed as exc:
             if str(exc):
@@ -115,6 +118,8 @@ def complete_config(incomplete: str) -> list[str]:
     return [n for n in names if n.startswith(incomplete)] + _yaml_paths(incomplete)
 
 
-SET_HELP = ("Override one value: dotted.key=value (a YAML scalar), e.g. --set schedule.lr=3e-4. "
-            "Repeatable; applied last, after the preset and the recipe.")
+SET_HELP = (
+    "Override one value: dotted.key=value (a YAML scalar), e.g. --set schedule.lr=3e-4. "
+    "Repeatable; applied last, after the preset and the recipe."
+)
 JSON_HELP = "Print one JSON document on stdout (schema_version 1) instead of tables."

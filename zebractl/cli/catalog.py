@@ -39,16 +39,34 @@ def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
     for name, path in catalog.shipped("preset").items():
         m = resolve_preset(path).config
         mixers = sorted(set(m.blocks))  # type: ignore[union-attr]
-        items.append({"name": name, "description": m.description,  # type: ignore[union-attr]
-                      "parameters": numel(model_shapes(m)),  # type: ignore[arg-type]
-                      "num_blocks": m.num_blocks, "hidden_size": m.hidden_size,  # type: ignore[union-attr]
-                      "mixers": mixers, "path": catalog.display_path(path)})
+        items.append(
+            {
+                "name": name,
+                "description": m.description,  # type: ignore[union-attr]
+                "parameters": numel(model_shapes(m)),  # type: ignore[arg-type]
+                "num_blocks": m.num_blocks,
+                "hidden_size": m.hidden_size,  # type: ignore[union-attr]
+                "mixers": mixers,
+                "path": catalog.display_path(path),
+            }
+        )
     if json_out:
         emit_json({"presets": items})
         return
-    _print_table("presets", ["name", "params", "blocks", "mixers", "description"],
-                 [[i["name"], _human(i["parameters"]), str(i["num_blocks"]), "+".join(i["mixers"]),
-                   i["description"]] for i in items])
+    _print_table(
+        "presets",
+        ["name", "params", "blocks", "mixers", "description"],
+        [
+            [
+                i["name"],
+                _human(i["parameters"]),
+                str(i["num_blocks"]),
+                "+".join(i["mixers"]),
+                i["description"],
+            ]
+            for i in items
+        ],
+    )
 
 
 @guarded
@@ -62,15 +80,35 @@ def recipes(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
         r = resolve_recipe(path)
         cfg, d = r.run, r.derived
         assert d is not None
-        items.append({"name": name, "description": cfg.description, "preset": cfg.preset,
-                      "num_gpus": cfg.parallelism.num_gpus, "micro_batch": cfg.batch.micro,
-                      "global_batch": cfg.batch.global_, "seq_length": cfg.data.seq_length,
-                      "iterations": d.iterations, "total_tokens": d.total_tokens,
-                      "path": catalog.display_path(path)})
+        items.append(
+            {
+                "name": name,
+                "description": cfg.description,
+                "preset": cfg.preset,
+                "num_gpus": cfg.parallelism.num_gpus,
+                "micro_batch": cfg.batch.micro,
+                "global_batch": cfg.batch.global_,
+                "seq_length": cfg.data.seq_length,
+                "iterations": d.iterations,
+                "total_tokens": d.total_tokens,
+                "path": catalog.display_path(path),
+            }
+        )
     if json_out:
         emit_json({"recipes": items})
         return
-    _print_table("recipes", ["name", "preset", "gpus", "batch", "tokens", "description"],
-                 [[i["name"], i["preset"], str(i["num_gpus"]),
-                   f"{i['micro_batch']}/{i['global_batch']}x{i['seq_length']}",
-                   _human(i["total_tokens"]), i["description"]] for i in items])
+    _print_table(
+        "recipes",
+        ["name", "preset", "gpus", "batch", "tokens", "description"],
+        [
+            [
+                i["name"],
+                i["preset"],
+                str(i["num_gpus"]),
+                f"{i['micro_batch']}/{i['global_batch']}x{i['seq_length']}",
+                _human(i["total_tokens"]),
+                i["description"],
+            ]
+            for i in items
+        ],
+    )

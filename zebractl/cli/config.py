@@ -38,9 +38,12 @@ def _fmt(value: Any) -> str:
 @app.command("show")
 @guarded
 def show(
-    config: str = typer.Argument(..., help="Recipe or preset: a shipped name or a .yaml path.",
-                                 autocompletion=complete_config),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
+    config: str = typer.Argument(
+        ...,
+        help="Recipe or preset: a shipped name or a .yaml path.",
+        autocompletion=complete_config,
+    ),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Print every resolved value with its source (default, FILE:LINE or --set)."""
@@ -50,8 +53,13 @@ def show(
     values = r.values()
     derived = r.derived
     if json_out:
-        doc: dict[str, Any] = {"kind": r.kind, "name": r.name, "source": r.source,
-                               "config": values, "provenance": r.provenance}
+        doc: dict[str, Any] = {
+            "kind": r.kind,
+            "name": r.name,
+            "source": r.source,
+            "config": values,
+            "provenance": r.provenance,
+        }
         if derived is not None:
             doc["derived"] = derived.model_dump(mode="json")
         emit_json(doc)
@@ -76,8 +84,11 @@ def show(
 @app.command("validate")
 @guarded
 def validate(
-    paths: list[str] = typer.Argument(..., help="Recipe or preset files (or shipped names).",  # noqa: B008
-                                      autocompletion=complete_config),
+    paths: list[str] = typer.Argument(
+        ...,
+        help="Recipe or preset files (or shipped names).",
+        autocompletion=complete_config,
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate presets and recipes; exit 2 if any is invalid."""
@@ -121,8 +132,15 @@ def diff(
     rows = []
     for key in sorted(set(fa) | set(fb)):
         if fa.get(key, "<absent>") != fb.get(key, "<absent>"):
-            rows.append({"key": key, "a": fa.get(key), "b": fb.get(key),
-                         "a_source": ra.provenance.get(key), "b_source": rb.provenance.get(key)})
+            rows.append(
+                {
+                    "key": key,
+                    "a": fa.get(key),
+                    "b": fb.get(key),
+                    "a_source": ra.provenance.get(key),
+                    "b_source": rb.provenance.get(key),
+                }
+            )
     if json_out:
         emit_json({"a": ra.source, "b": rb.source, "differences": rows})
         return
@@ -136,6 +154,7 @@ def diff(
     for col in ("key", "a", "b", "a source", "b source"):
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(row["key"], _fmt(row["a"]), _fmt(row["b"]), str(row["a_source"]),
-                      str(row["b_source"]))
+        table.add_row(
+            row["key"], _fmt(row["a"]), _fmt(row["b"]), str(row["a_source"]), str(row["b_source"])
+        )
     Console(width=max(Console().width, 140)).print(table)

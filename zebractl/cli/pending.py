@@ -23,22 +23,27 @@ _WHEN = {
 
 
 def _not_yet(command: str) -> None:
-    err(f"zebractl {command}: not available yet in this version (lands with {_WHEN[command]}); "
-        "nothing was done")
+    err(
+        f"zebractl {command}: not available yet in this version (lands with {_WHEN[command]}); "
+        "nothing was done"
+    )
     raise typer.Exit(EXIT_USAGE)
 
 
 def prepare(
-    inputs: list[str] = typer.Argument(None, help="JSONL(.gz), Parquet, Arrow, text files or globs."),  # noqa: B008
+    inputs: list[str] = typer.Argument(
+        None, help="JSONL(.gz), Parquet, Arrow, text files or globs."
+    ),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Local tokenizer dir/file or hub id."),
-    output: Path = typer.Option(None, "--output", "-o", help="Output dataset folder."),  # noqa: B008
+    output: Path = typer.Option(None, "--output", "-o", help="Output dataset folder."),
     workers: int = typer.Option(None, "--workers", help="Tokenizer processes."),
     text_key: str = typer.Option(None, "--text-key", help="Field holding the text."),
     seq_length: int = typer.Option(None, "--seq-length", help="Row length for --fla-aligned."),
-    fla_aligned: bool = typer.Option(False, "--fla-aligned",
-                                     help="Reproduce FLA's preprocessing (BOS per doc, fixed rows)."),
+    fla_aligned: bool = typer.Option(
+        False, "--fla-aligned", help="Reproduce FLA's preprocessing (BOS per doc, fixed rows)."
+    ),
     demo: bool = typer.Option(False, "--demo", help="Build the bundled demo dataset."),
-    verify: Path = typer.Option(None, "--verify", help="Check a prepared dataset."),  # noqa: B008
+    verify: Path = typer.Option(None, "--verify", help="Check a prepared dataset."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Tokenize corpora into Megatron .bin/.idx datasets with a manifest."""
@@ -46,33 +51,38 @@ def prepare(
 
 
 def train(
-    recipe: str = typer.Argument(..., help="Recipe: shipped name or .yaml path.",
-                                 autocompletion=complete_recipe),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
-    output: Path = typer.Option(None, "--output", "-o", help="Run directory."),  # noqa: B008
+    recipe: str = typer.Argument(
+        ..., help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe
+    ),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+    output: Path = typer.Option(None, "--output", "-o", help="Run directory."),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
     submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
-    init_from: Path = typer.Option(None, "--init-from", help="Start from a checkpoint's weights."),  # noqa: B008
+    init_from: Path = typer.Option(None, "--init-from", help="Start from a checkpoint's weights."),
 ) -> None:
     """Train a recipe on one device, torchrun or Slurm, with checkpoints and metrics."""
     _not_yet("train")
 
 
 def convert(
-    source: Path = typer.Argument(..., help="Checkpoint to convert."),  # noqa: B008
-    destination: Path = typer.Argument(..., help="Output folder."),  # noqa: B008
+    source: Path = typer.Argument(..., help="Checkpoint to convert."),
+    destination: Path = typer.Argument(..., help="Output folder."),
     to: str = typer.Option(None, "--to", help="Target format: hf or megatron."),
-    recipe: str = typer.Option(None, "--recipe", help="Recipe the checkpoint was trained with.",
-                               autocompletion=complete_recipe),
+    recipe: str = typer.Option(
+        None,
+        "--recipe",
+        help="Recipe the checkpoint was trained with.",
+        autocompletion=complete_recipe,
+    ),
 ) -> None:
     """Convert checkpoints between Megatron and Hugging Face/FLA formats."""
     _not_yet("convert")
 
 
 def verify(
-    original: Path = typer.Argument(..., help="Source checkpoint."),  # noqa: B008
-    converted: Path = typer.Argument(..., help="Converted checkpoint."),  # noqa: B008
+    original: Path = typer.Argument(..., help="Source checkpoint."),
+    converted: Path = typer.Argument(..., help="Converted checkpoint."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Check a conversion: structure, exact weights, logits on fixed tokens."""
@@ -80,7 +90,7 @@ def verify(
 
 
 def eval_(
-    checkpoint: Path = typer.Argument(..., help="Hugging Face/FLA checkpoint folder."),  # noqa: B008
+    checkpoint: Path = typer.Argument(..., help="Hugging Face/FLA checkpoint folder."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated lm-eval tasks."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -89,8 +99,8 @@ def eval_(
 
 
 def compare(
-    run: Path = typer.Argument(..., help="Our run directory."),  # noqa: B008
-    reference: Path = typer.Argument(..., help="Reference (FLA) run or golden file."),  # noqa: B008
+    run: Path = typer.Argument(..., help="Our run directory."),
+    reference: Path = typer.Argument(..., help="Reference (FLA) run or golden file."),
     assert_: bool = typer.Option(False, "--assert", help="Exit 3 when outside tolerance."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -100,6 +110,12 @@ def compare(
 
 def register(app: typer.Typer, epilog: str) -> None:
     """Add the pending commands to the app."""
-    for name, fn in (("prepare", prepare), ("train", train), ("convert", convert),
-                     ("verify", verify), ("eval", eval_), ("compare", compare)):
+    for name, fn in (
+        ("prepare", prepare),
+        ("train", train),
+        ("convert", convert),
+        ("verify", verify),
+        ("eval", eval_),
+        ("compare", compare),
+    ):
         app.command(name, epilog=epilog)(fn)

@@ -15,15 +15,17 @@ def _n(x: float) -> str:
 
 @guarded
 def plan(
-    recipe: str = typer.Argument(..., help="Recipe: a shipped name or a .yaml path.",
-                                 autocompletion=complete_recipe),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),  # noqa: B008
+    recipe: str = typer.Argument(
+        ..., help="Recipe: a shipped name or a .yaml path.", autocompletion=complete_recipe
+    ),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""
-    from zebractl.config.resolve import resolve_recipe
-    from zebractl.config.catalog import looks_like_path
     from pathlib import Path
+
+    from zebractl.config.catalog import looks_like_path
+    from zebractl.config.resolve import resolve_recipe
     from zebractl.planning.plan import Plan
 
     ref: str | Path = Path(recipe) if looks_like_path(recipe) or Path(recipe).is_file() else recipe
@@ -40,8 +42,13 @@ def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 110))
-    p, f, t, b, mem = (doc["parameters"], doc["flops"], doc["tokens"], doc["batch"],
-                       doc["memory_per_gpu"])
+    p, f, t, b, mem = (
+        doc["parameters"],
+        doc["flops"],
+        doc["tokens"],
+        doc["batch"],
+        doc["memory_per_gpu"],
+    )
     console.print(f"[bold]plan[/bold] {doc['recipe']} (preset {doc['preset']})")
     params = Table(title="parameters (exact)", title_justify="left")
     for col in ("part", "count", "each", "total"):
@@ -50,24 +57,35 @@ def _print(doc: dict[str, Any]) -> None:
     for kind, row in p["by_sublayer"].items():
         params.add_row(f"{kind} sublayers", str(row["count"]), _n(row["each"]), _n(row["total"]))
     params.add_row("final norm", "", "", _n(p["final_norm"]))
-    params.add_row("output layer", "", "", "tied" if not p["output_layer"] else
-                   _n(p["output_layer"]))
+    params.add_row(
+        "output layer", "", "", "tied" if not p["output_layer"] else _n(p["output_layer"])
+    )
     params.add_row("[bold]total[/bold]", "", "", f"[bold]{_n(p['total'])}[/bold]")
     console.print(params)
     sub = doc["pattern"]["blocks"]
-    console.print(f"pattern ({len(sub)} blocks, {len(doc['pattern']['sublayers'])} sublayers): "
-                  + " ".join(sub))
+    console.print(
+        f"pattern ({len(sub)} blocks, {len(doc['pattern']['sublayers'])} sublayers): "
+        + " ".join(sub)
+    )
     br = f["forward_breakdown"]
     console.print(
         f"FLOPs/token at seq {f['seq_length']}: forward {_n(f['per_token_forward'])} "
         f"(linear {_n(br['linear'])}, recurrent {_n(br['recurrent'])}, attention "
         f"{_n(br['attention'])}, conv {_n(br['conv'])}, lm head {_n(br['lm_head'])}); "
-        f"training {_n(f['per_token_training'])} (6N = {_n(f['six_n_per_token'])})")
-    console.print(f"tokens: {_n(t['per_step'])}/step x {_n(t['iterations'])} iterations = "
-                  f"{_n(t['total'])}; training FLOPs {f['total_training']:.3e}")
-    console.print(f"batch: micro {b['micro']} x data-parallel {b['data_parallel']} x accumulation "
-                  f"{b['grad_accumulation']} = global {b['global']} "
-                  f"({b['num_gpus']} GPUs, tp {b['tp']}, pp {b['pp']}, cp {b['cp']})")
-    console.print(f"memory/GPU (estimate): params+grads {mem['params_and_grads_gib']} GiB, "
-                  f"optimizer {mem['optimizer_gib']} GiB, activations {mem['activations_gib']} "
-                  f"GiB, total {mem['total_gib']} GiB ({mem['scheme']})", markup=False)
+        f"training {_n(f['per_token_training'])} (6N = {_n(f['six_n_per_token'])})"
+    )
+    console.print(
+        f"tokens: {_n(t['per_step'])}/step x {_n(t['iterations'])} iterations = "
+        f"{_n(t['total'])}; training FLOPs {f['total_training']:.3e}"
+    )
+    console.print(
+        f"batch: micro {b['micro']} x data-parallel {b['data_parallel']} x accumulation "
+        f"{b['grad_accumulation']} = global {b['global']} "
+        f"({b['num_gpus']} GPUs, tp {b['tp']}, pp {b['pp']}, cp {b['cp']})"
+    )
+    console.print(
+        f"memory/GPU (estimate): params+grads {mem['params_and_grads_gib']} GiB, "
+        f"optimizer {mem['optimizer_gib']} GiB, activations {mem['activations_gib']} "
+        f"GiB, total {mem['total_gib']} GiB ({mem['scheme']})",
+        markup=False,
+    )

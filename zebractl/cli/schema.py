@@ -14,9 +14,10 @@ app = typer.Typer(help="JSON Schema files for presets and recipes.", no_args_is_
 @app.command("export")
 @guarded
 def export(
-    out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder to write into."),  # noqa: B008
-    check: bool = typer.Option(False, "--check",
-                               help="Write nothing; exit 3 if the files in --out are stale."),
+    out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder to write into."),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 3 if the files in --out are stale."
+    ),
 ) -> None:
     """Write schemas/preset.schema.json and schemas/recipe.schema.json from the Pydantic models."""
     from zebractl.schemas.export import file_schemas, render

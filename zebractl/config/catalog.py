@@ -59,8 +59,11 @@ def looks_like_path(ref: str) -> bool:
 def find(ref: str, kind: Kind, base_dir: Path | None = None) -> Path:
     """Resolve a shipped name or a path (relative to ``base_dir``, then the working directory)."""
     if looks_like_path(ref):
-        candidates = [Path(ref)] if Path(ref).is_absolute() else [
-            *( [base_dir / ref] if base_dir is not None else []), Path.cwd() / ref]
+        candidates = (
+            [Path(ref)]
+            if Path(ref).is_absolute()
+            else [*([base_dir / ref] if base_dir is not None else []), Path.cwd() / ref]
+        )
         for c in candidates:
             if c.is_file():
                 return c
@@ -70,5 +73,7 @@ def find(ref: str, kind: Kind, base_dir: Path | None = None) -> Path:
         return names[ref]
     hint = difflib.get_close_matches(ref, list(names), n=1)
     did = f" (did you mean '{hint[0]}'?)" if hint else ""
-    raise ConfigError(f"no {kind} named '{ref}'{did}; `zebractl {_DIRS[kind]}` lists them, or "
-                      "give a path to a .yaml file")
+    raise ConfigError(
+        f"no {kind} named '{ref}'{did}; `zebractl {_DIRS[kind]}` lists them, or "
+        "give a path to a .yaml file"
+    )

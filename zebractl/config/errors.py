@@ -10,8 +10,9 @@ class ConfigError(Exception):
     dotted key of a single problem when known.
     """
 
-    def __init__(self, message: str, *, key: str | None = None,
-                 problems: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, key: str | None = None, problems: list[str] | None = None
+    ) -> None:
         super().__init__(message)
         self.key = key
         self.problems = problems or [message]

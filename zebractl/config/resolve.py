@@ -29,8 +29,22 @@ from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
 INHERIT_KEY = "extends"
 # Keys people reach for when they mean `extends`; named in the error so the fix is obvious.
 _RECIPE_ONLY_KEYS = set(RunConfig.model_fields) - {"description"}
-_INHERIT_LOOKALIKES = {"bases", "base", "inherit", "inherits", "include", "includes", "defaults",
-                       "_base_", "parent", "parents", "extend", "extents", "import", "imports"}
+_INHERIT_LOOKALIKES = {
+    "bases",
+    "base",
+    "inherit",
+    "inherits",
+    "include",
+    "includes",
+    "defaults",
+    "_base_",
+    "parent",
+    "parents",
+    "extend",
+    "extents",
+    "import",
+    "imports",
+}
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,10 @@ class Resolved:
     def run(self) -> RunConfig:
         """The config as a recipe (errors for a preset)."""
         if not isinstance(self.config, RunConfig):
-            raise ConfigError(f"{self.source} is a preset (an architecture), not a recipe; plan and "
-                              "train need a recipe that names it with `preset:`")
+            raise ConfigError(
+                f"{self.source} is a preset (an architecture), not a recipe; plan and "
+                "train need a recipe that names it with `preset:`"
+            )
         return self.config
 
     @property
@@ -62,6 +78,7 @@ class Resolved:
 
 
 # ---- reading files ---------------------------------------------------------------------------------
+
 
 @dataclass
 class _Layer:
@@ -85,8 +102,10 @@ def _read_chain(path: Path, kind: catalog.Kind, seen: tuple[Path, ...] = ()) -> 
     ref = data.pop(INHERIT_KEY)
     line = lines.pop(INHERIT_KEY)
     if not isinstance(ref, str) or not ref:
-        raise ConfigError(f"{display}:{line}: extends: expected the name or path of one {kind}, got "
-                          f"{ref!r}", key=INHERIT_KEY)
+        raise ConfigError(
+            f"{display}:{line}: extends: expected the name or path of one {kind}, got {ref!r}",
+            key=INHERIT_KEY,
+        )
     try:
         parent = catalog.find(ref, kind, real.parent)
     except ConfigError as exc:
@@ -94,8 +113,9 @@ def _read_chain(path: Path, kind: catalog.Kind, seen: tuple[Path, ...] = ()) -> 
     return [*_read_chain(parent, kind, (*seen, real)), layer]
 
 
-def _where_of_leaves(value: Any, prefix: str, lines: dict[str, int], display: str,
-                     where: dict[str, str]) -> None:
+def _where_of_leaves(
+    value: Any, prefix: str, lines: dict[str, int], display: str, where: dict[str, str]
+) -> None:
     line = lines.get(prefix)
     if line is not None:
         where[prefix] = f"{display}:{line}"
@@ -104,8 +124,16 @@ def _where_of_leaves(value: Any, prefix: str, lines: dict[str, int], display: st
             _where_of_leaves(v, f"{prefix}.{k}", lines, display, where)
 
 
-def _merge(target: dict[str, Any], src: dict[str, Any], *, prefix: str, lines: dict[str, int],
-           line_prefix: str, display: str, where: dict[str, str]) -> None:
+def _merge(
+    target: dict[str, Any],
+    src: dict[str, Any],
+    *,
+    prefix: str,
+    lines: dict[str, int],
+    line_prefix: str,
+    display: str,
+    where: dict[str, str],
+) -> None:
     """Deep-merge ``src`` into ``target``; mappings merge key by key, anything else replaces."""
     for key, value in src.items():
         dotted = f"{prefix}{key}"
@@ -113,14 +141,24 @@ def _merge(target: dict[str, Any], src: dict[str, Any], *, prefix: str, lines: d
         if isinstance(value, dict) and isinstance(target.get(key), dict):
             if line_key in lines:
                 where[dotted] = f"{display}:{lines[line_key]}"
-            _merge(target[key], value, prefix=dotted + ".", lines=lines, line_prefix=line_key + ".",
-                   display=display, where=where)
+            _merge(
+                target[key],
+                value,
+                prefix=dotted + ".",
+                lines=lines,
+                line_prefix=line_key + ".",
+                display=display,
+                where=where,
+            )
             continue
         for stale in [k for k in where if k == dotted or k.startswith(dotted + ".")]:
             del where[stale]
         target[key] = copy.deepcopy(value)
-        shifted = {prefix + k[len(line_prefix):]: v for k, v in lines.items()
-                   if k == line_key or k.startswith(line_key + ".")}
+        shifted = {
+            prefix + k[len(line_prefix) :]: v
+            for k, v in lines.items()
+            if k == line_key or k.startswith(line_key + ".")
+        }
         _where_of_leaves(value, dotted, shifted, display, where)
 
 
@@ -130,8 +168,9 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
         key, eq, text = item.partition("=")
         key = key.strip()
         if not eq or not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"--set {item!r}: expected dotted.key=value, e.g. "
-                              "--set schedule.lr=3e-4")
+            raise ConfigError(
+                f"--set {item!r}: expected dotted.key=value, e.g. --set schedule.lr=3e-4"
+            )
         parts = key.split(".")
         node = raw
         for i, part in enumerate(parts[:-1]):
@@ -139,8 +178,9 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i + 1])} is a value, not a "
-                                  "section", key=key)
+                raise ConfigError(
+                    f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section", key=key
+                )
             node = child
         for stale in [k for k in where if k == key or k.startswith(key + ".")]:
             del where[stale]
@@ -161,6 +201,7 @@ def _leaf_keys(value: Any, prefix: str) -> list[str]:
 
 
 # ---- validation and error rendering ----------------------------------------------------------------
+
 
 def _unwrap(annotation: Any) -> Any:
     """The model class inside Optional[...] / list[...] annotations, else None."""
@@ -205,14 +246,25 @@ def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
 
 
 _EXPECTED = {
-    "float_type": "a number", "float_parsing": "a number", "int_type": "an integer",
-    "int_parsing": "an integer", "int_from_float": "a whole number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
-    "model_type": "a mapping of keys to values", "dict_type": "a mapping of keys to values",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "model_type": "a mapping of keys to values",
+    "dict_type": "a mapping of keys to values",
     "model_attributes_type": "a mapping of keys to values",
 }
-_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-           "less_than_equal": "<="}
+_BOUNDS = {
+    "greater_than": ">",
+    "greater_than_equal": ">=",
+    "less_than": "<",
+    "less_than_equal": "<=",
+}
 
 
 def _describe(value: Any) -> str:
@@ -221,8 +273,9 @@ def _describe(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def _render(err: Any, root: type[BaseModel], prefix: str, where: dict[str, str],
-            default_src: str) -> tuple[str, str]:
+def _render(
+    err: Any, root: type[BaseModel], prefix: str, where: dict[str, str], default_src: str
+) -> tuple[str, str]:
     """One pydantic error as (dotted key, 'file:line: key: message')."""
     loc = tuple(err["loc"])
     dotted = prefix + ".".join(str(p) for p in loc)
@@ -233,12 +286,19 @@ def _render(err: Any, root: type[BaseModel], prefix: str, where: dict[str, str],
         owner = _model_at(root, loc[:-1])
         valid = _keys_of(owner) if owner else []
         if key in _INHERIT_LOOKALIKES and tuple(loc[:-1]) in ((), ("model",)):
-            msg = (f"unknown key '{key}': zebractl has exactly one inheritance key, "
-                   f"'{INHERIT_KEY}' (did you mean '{INHERIT_KEY}'?)")
+            msg = (
+                f"unknown key '{key}': zebractl has exactly one inheritance key, "
+                f"'{INHERIT_KEY}' (did you mean '{INHERIT_KEY}'?)"
+            )
         else:
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else \
-                f"valid keys here: {', '.join(valid)}" if valid else ""
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else f"valid keys here: {', '.join(valid)}"
+                if valid
+                else ""
+            )
             msg = f"unknown key '{key}'" + (f" ({hint})" if hint else "")
     elif kind == "missing":
         msg = "required key is missing"
@@ -251,7 +311,9 @@ def _render(err: Any, root: type[BaseModel], prefix: str, where: dict[str, str],
         expected = err.get("ctx", {}).get("expected", "")
         value = err.get("input")
         choices = [c.strip().strip("'") for c in expected.replace(" or ", ",").split(",")]
-        close = difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+        close = (
+            difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+        )
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         msg = f"expected one of {expected}, got {_describe(value)}{hint}"
     elif kind in ("too_short", "too_long"):
@@ -261,8 +323,12 @@ def _render(err: Any, root: type[BaseModel], prefix: str, where: dict[str, str],
     return dotted, f"{src}: {dotted or '(top level)'}: {msg}"
 
 
-def _validate(cls: type[RunConfig] | type[ModelConfig], raw: dict[str, Any], where: dict[str, str],
-              default_src: str) -> RunConfig | ModelConfig:
+def _validate(
+    cls: type[RunConfig] | type[ModelConfig],
+    raw: dict[str, Any],
+    where: dict[str, str],
+    default_src: str,
+) -> RunConfig | ModelConfig:
     try:
         cfg = cls.model_validate(raw)
     except ValidationError as exc:
@@ -292,6 +358,7 @@ def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
 
 # ---- entry points ----------------------------------------------------------------------------------
 
+
 def detect_kind(path: Path) -> catalog.Kind:
     """A recipe says so in its $schema line, or has a key only recipes have (preset, data, ...)."""
     try:
@@ -314,8 +381,15 @@ def resolve_preset(ref: str | Path, sets: list[str] | None = None) -> Resolved:
     where: dict[str, str] = {}
     layers = _read_chain(path, "preset")
     for layer in layers:
-        _merge(raw, layer.data, prefix="", lines=layer.lines, line_prefix="",
-               display=layer.display, where=where)
+        _merge(
+            raw,
+            layer.data,
+            prefix="",
+            lines=layer.lines,
+            line_prefix="",
+            display=layer.display,
+            where=where,
+        )
     apply_sets(raw, sets or [], where)
     source = layers[-1].display
     cfg = _validate(ModelConfig, raw, where, source)
@@ -338,27 +412,51 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
         if item.partition("=")[0].strip() == "preset":
             preset_ref, preset_layer = parse_scalar(item.partition("=")[2]), None
     if preset_ref is None:
-        raise ConfigError(f"{source}: preset: required key is missing (name the architecture, e.g. "
-                          "`preset: kda_300M`; `zebractl presets` lists them)", key="preset")
+        raise ConfigError(
+            f"{source}: preset: required key is missing (name the architecture, e.g. "
+            "`preset: kda_300M`; `zebractl presets` lists them)",
+            key="preset",
+        )
     if not isinstance(preset_ref, str):
-        where_ = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
-        raise ConfigError(f"{where_}: preset: expected a preset name or path, got "
-                          f"{_describe(preset_ref)}", key="preset")
+        where_ = (
+            f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
+        )
+        raise ConfigError(
+            f"{where_}: preset: expected a preset name or path, got {_describe(preset_ref)}",
+            key="preset",
+        )
     try:
-        preset_path = catalog.find(preset_ref, "preset",
-                                   preset_layer.path.parent if preset_layer else None)
+        preset_path = catalog.find(
+            preset_ref, "preset", preset_layer.path.parent if preset_layer else None
+        )
     except ConfigError as exc:
-        where_ = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
+        where_ = (
+            f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
+        )
         raise ConfigError(f"{where_}: preset: {exc}", key="preset") from None
 
     raw: dict[str, Any] = {"model": {}}
     where: dict[str, str] = {}
     for layer in _read_chain(preset_path, "preset"):
-        _merge(raw["model"], layer.data, prefix="model.", lines=layer.lines, line_prefix="",
-               display=layer.display, where=where)
+        _merge(
+            raw["model"],
+            layer.data,
+            prefix="model.",
+            lines=layer.lines,
+            line_prefix="",
+            display=layer.display,
+            where=where,
+        )
     for layer in chain:
-        _merge(raw, layer.data, prefix="", lines=layer.lines, line_prefix="",
-               display=layer.display, where=where)
+        _merge(
+            raw,
+            layer.data,
+            prefix="",
+            lines=layer.lines,
+            line_prefix="",
+            display=layer.display,
+            where=where,
+        )
     apply_sets(raw, sets or [], where)
     cfg = _validate(RunConfig, raw, where, source)
     return Resolved("recipe", path.stem, source, cfg, _provenance(cfg, where))
@@ -379,5 +477,7 @@ def resolve_any(ref: str, sets: list[str] | None = None) -> Resolved:
     names = [*catalog.shipped("recipe"), *catalog.shipped("preset")]
     close = difflib.get_close_matches(ref, names, n=1)
     did = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ConfigError(f"no recipe or preset named '{ref}'{did}; give a path or see `zebractl "
-                      "recipes` / `zebractl presets`")
+    raise ConfigError(
+        f"no recipe or preset named '{ref}'{did}; give a path or see `zebractl "
+        "recipes` / `zebractl presets`"
+    )

@@ -40,7 +40,9 @@ _Loader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
     for k, v in _Loader.yaml_implicit_resolvers.items()
 }
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def parse_scalar(text: str) -> Any:
@@ -51,19 +53,25 @@ def parse_scalar(text: str) -> Any:
         return text
 
 
-def _convert(node: yaml.Node, loader: _Loader, prefix: str, lines: dict[str, int],
-             where: str) -> Any:
+def _convert(
+    node: yaml.Node, loader: _Loader, prefix: str, lines: dict[str, int], where: str
+) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise ConfigError(f"{where}:{key_node.start_mark.line + 1}: key {key!r} must be a "
-                                  "string", key=prefix.rstrip(".") or None)
+                raise ConfigError(
+                    f"{where}:{key_node.start_mark.line + 1}: key {key!r} must be a string",
+                    key=prefix.rstrip(".") or None,
+                )
             dotted = prefix + key
             if key in out:
-                raise ConfigError(f"{where}:{key_node.start_mark.line + 1}: {dotted}: duplicate key "
-                                  f"(first set on line {lines[dotted]})", key=dotted)
+                raise ConfigError(
+                    f"{where}:{key_node.start_mark.line + 1}: {dotted}: duplicate key "
+                    f"(first set on line {lines[dotted]})",
+                    key=dotted,
+                )
             lines[dotted] = key_node.start_mark.line + 1
             out[key] = _convert(value_node, loader, dotted + ".", lines, where)
         return out
@@ -72,7 +80,9 @@ def _convert(node: yaml.Node, loader: _Loader, prefix: str, lines: dict[str, int
     return loader.construct_object(node, deep=True)
 
 
-def load_with_lines(path: Path, display: str | None = None) -> tuple[dict[str, Any], dict[str, int]]:
+def load_with_lines(
+    path: Path, display: str | None = None
+) -> tuple[dict[str, Any], dict[str, int]]:
     """Read a YAML mapping; return it and the line of every (nested) key."""
     where = display or str(path)
     try:
@@ -88,8 +98,9 @@ def load_with_lines(path: Path, display: str | None = None) -> tuple[dict[str, A
         if node is None:
             return {}, lines
         if not isinstance(node, yaml.MappingNode):
-            raise ConfigError(f"{where}:{node.start_mark.line + 1}: the file must be a mapping of "
-                              "keys to values")
+            raise ConfigError(
+                f"{where}:{node.start_mark.line + 1}: the file must be a mapping of keys to values"
+            )
         data = _convert(node, loader, "", lines, where)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -90,5 +90,10 @@ def flops_per_token(m: ModelConfig, seq_length: int) -> FlopCount:
         recurrent += _recurrent(m, kind)
         if kind == "mla":
             attention += _attention(m, seq_length)
-    return FlopCount(linear=linear, conv=conv, recurrent=recurrent, attention=attention,
-                     lm_head=2 * m.padded_vocab_size * m.hidden_size)
+    return FlopCount(
+        linear=linear,
+        conv=conv,
+        recurrent=recurrent,
+        attention=attention,
+        lm_head=2 * m.padded_vocab_size * m.hidden_size,
+    )

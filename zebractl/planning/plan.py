@@ -24,8 +24,11 @@ def parameter_report(m: ModelConfig) -> dict[str, Any]:
     shapes = model_shapes(m)
     counts = Counter(m.sublayers)
     by_type = {
-        kind: {"count": n, "each": numel(SUBLAYER_SHAPES[kind](m)),
-               "total": n * numel(SUBLAYER_SHAPES[kind](m))}
+        kind: {
+            "count": n,
+            "each": numel(SUBLAYER_SHAPES[kind](m)),
+            "total": n * numel(SUBLAYER_SHAPES[kind](m)),
+        }
         for kind, n in counts.items()
     }
     embedding = m.padded_vocab_size * m.hidden_size
@@ -34,7 +37,9 @@ def parameter_report(m: ModelConfig) -> dict[str, Any]:
         "total": total,
         "embedding": embedding,
         "output_layer": 0 if m.tie_embeddings else embedding,
-        "final_norm": numel({k: v for k, v in shapes.items() if k.startswith("decoder.final_norm")}),
+        "final_norm": numel(
+            {k: v for k, v in shapes.items() if k.startswith("decoder.final_norm")}
+        ),
         "non_embedding": total - embedding - (0 if m.tie_embeddings else embedding),
         "by_sublayer": by_type,
         "tensors": len(shapes),
@@ -45,12 +50,14 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     """Elements autograd keeps per token for one sublayer (fused kernels; an estimate)."""
     h = m.hidden_size
     if kind == "mlp":
-        return 2 * h + 3 * m.ffn_hidden_size          # input, normed, fc1 out (2F), act out (F)
+        return 2 * h + 3 * m.ffn_hidden_size  # input, normed, fc1 out (2F), act out (F)
     if kind in ("kda", "gdn"):
         d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
         in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
         conv = 2 * d.key_dim + d.value_dim
-        return 2 * h + in_rows + conv + 3 * d.value_dim  # in, normed, in_proj, conv, o, gate, normed o
+        return (
+            2 * h + in_rows + conv + 3 * d.value_dim
+        )  # in, normed, in_proj, conv, o, gate, normed o
     if kind == "mamba2":
         assert m.mamba2 is not None
         di = m.mamba2_dims.d_inner
@@ -70,10 +77,10 @@ def memory_report(cfg: RunConfig, total_params: int) -> dict[str, Any]:
     params_per_gpu = total_params / (p.tp * p.pp)
     mixed = cfg.precision in ("bf16", "fp16")
     if cfg.optimizer.impl == "torch_fused" or not mixed:
-        weights_b, grads_b, state_b = 4, 4, 8            # fp32 params + grads, Adam m and v
+        weights_b, grads_b, state_b = 4, 4, 8  # fp32 params + grads, Adam m and v
         scheme = "fp32 params + fp32 grads + Adam m, v (fp32)"
     else:
-        weights_b, grads_b, state_b = 2, 4, 12           # bf16 params, fp32 grads, fp32 main + m + v
+        weights_b, grads_b, state_b = 2, 4, 12  # bf16 params, fp32 grads, fp32 main + m + v
         scheme = "bf16 params + fp32 grads + fp32 main params, Adam m, v"
     state_shard = d.data_parallel if p.distributed_optimizer else 1
     model_bytes = params_per_gpu * (weights_b + grads_b)
@@ -81,7 +88,7 @@ def memory_report(cfg: RunConfig, total_params: int) -> dict[str, Any]:
     act_dtype = 2 if mixed else 4
     tokens = cfg.batch.micro * cfg.data.seq_length / (p.tp * p.cp)
     per_token = sum(_activation_elems_per_token(cfg.model, k) for k in cfg.model.sublayers)
-    per_token += 2 * cfg.model.hidden_size                # final norm in/out
+    per_token += 2 * cfg.model.hidden_size  # final norm in/out
     logits = 0.0
     if not cfg.kernels.fused_linear_cross_entropy:
         logits = tokens * cfg.model.padded_vocab_size * (act_dtype + 4)  # logits + fp32 softmax
@@ -102,7 +109,7 @@ def memory_report(cfg: RunConfig, total_params: int) -> dict[str, Any]:
         "activations_gib": gib(act_bytes),
         "total_gib": gib(total),
         "note": "estimate: exact state bytes + activations kept by autograd; excludes allocator "
-                "slack and kernel workspaces",
+        "slack and kernel workspaces",
     }
 
 
@@ -123,25 +130,41 @@ class Plan:
             "recipe": self.recipe,
             "preset": cfg.preset,
             "parameters": params,
-            "pattern": {"blocks": m.blocks, "sublayers": d.sublayers,
-                        "counts": dict(Counter(d.sublayers))},
+            "pattern": {
+                "blocks": m.blocks,
+                "sublayers": d.sublayers,
+                "counts": dict(Counter(d.sublayers)),
+            },
             "flops": {
                 "per_token_forward": fl.forward,
                 "per_token_training": fl.training,
                 "per_step_training": fl.training * d.tokens_per_step,
                 "total_training": fl.training * d.total_tokens,
-                "six_n_per_token": 6 * params["non_embedding"] + 6 * m.padded_vocab_size
-                * m.hidden_size,
-                "forward_breakdown": {"linear": fl.linear, "conv": fl.conv,
-                                      "recurrent": fl.recurrent, "attention": fl.attention,
-                                      "lm_head": fl.lm_head},
+                "six_n_per_token": 6 * params["non_embedding"]
+                + 6 * m.padded_vocab_size * m.hidden_size,
+                "forward_breakdown": {
+                    "linear": fl.linear,
+                    "conv": fl.conv,
+                    "recurrent": fl.recurrent,
+                    "attention": fl.attention,
+                    "lm_head": fl.lm_head,
+                },
                 "seq_length": cfg.data.seq_length,
             },
-            "tokens": {"per_step": d.tokens_per_step, "iterations": d.iterations,
-                       "total": d.total_tokens},
-            "batch": {"micro": cfg.batch.micro, "data_parallel": d.data_parallel,
-                      "grad_accumulation": d.grad_accumulation, "global": cfg.batch.global_,
-                      "num_gpus": cfg.parallelism.num_gpus, "tp": cfg.parallelism.tp,
-                      "pp": cfg.parallelism.pp, "cp": cfg.parallelism.cp},
+            "tokens": {
+                "per_step": d.tokens_per_step,
+                "iterations": d.iterations,
+                "total": d.total_tokens,
+            },
+            "batch": {
+                "micro": cfg.batch.micro,
+                "data_parallel": d.data_parallel,
+                "grad_accumulation": d.grad_accumulation,
+                "global": cfg.batch.global_,
+                "num_gpus": cfg.parallelism.num_gpus,
+                "tp": cfg.parallelism.tp,
+                "pp": cfg.parallelism.pp,
+                "cp": cfg.parallelism.cp,
+            },
             "memory_per_gpu": memory_report(cfg, params["total"]),
         }

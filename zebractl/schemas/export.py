@@ -16,7 +16,7 @@ from zebractl.schemas.recipe import RunConfig
 _EXTENDS = {
     "type": "string",
     "description": "The one inheritance key: a shipped name or a path (relative to this file) "
-                   "whose values this file starts from.",
+    "whose values this file starts from.",
 }
 
 

@@ -294,14 +294,28 @@ def model_problems(m: ModelConfig) -> list[Problem]:
     lay = m.layout
     if lay.pattern is not None:
         if lay.mixer is not None or lay.hybrid_attention_ratio != 0:
-            out.append(("layout.pattern", "set either layout.pattern or layout.mixer/"
-                        "hybrid_attention_ratio, not both"))
+            out.append(
+                (
+                    "layout.pattern",
+                    "set either layout.pattern or layout.mixer/hybrid_attention_ratio, not both",
+                )
+            )
         if len(lay.pattern) != m.num_blocks:
-            out.append(("layout.pattern", f"has {len(lay.pattern)} entries but num_blocks is "
-                        f"{m.num_blocks}: give one mixer per block"))
+            out.append(
+                (
+                    "layout.pattern",
+                    f"has {len(lay.pattern)} entries but num_blocks is "
+                    f"{m.num_blocks}: give one mixer per block",
+                )
+            )
     elif lay.mixer is None and lay.hybrid_attention_ratio < 1:
-        out.append(("layout.mixer", "no recurrent mixer given: set layout.mixer (kda, gdn or mamba2), "
-                    "layout.pattern, or hybrid_attention_ratio 1.0 for pure MLA"))
+        out.append(
+            (
+                "layout.mixer",
+                "no recurrent mixer given: set layout.mixer (kda, gdn or mamba2), "
+                "layout.pattern, or hybrid_attention_ratio 1.0 for pure MLA",
+            )
+        )
 
     used = set(m.blocks)
     for name in ("kda", "gdn", "mamba2", "mla"):
@@ -309,27 +323,47 @@ def model_problems(m: ModelConfig) -> list[Problem]:
         if name in used and block is None:
             out.append(("layout", f"the layout uses {name} but the `{name}:` section is missing"))
         if name not in used and block is not None:
-            out.append((name, f"`{name}:` is set but no block uses {name}; remove it (or set it to "
-                        "null) so the preset says only what the model is"))
+            out.append(
+                (
+                    name,
+                    f"`{name}:` is set but no block uses {name}; remove it (or set it to "
+                    "null) so the preset says only what the model is",
+                )
+            )
 
     for name in ("kda", "gdn"):
         block = getattr(m, name)
         if block is None:
             continue
         if block.head_k_dim is None and m.hidden_size % block.num_heads:
-            out.append((f"{name}.num_heads", f"hidden_size {m.hidden_size} is not divisible by "
-                        f"{name}.num_heads {block.num_heads}; set {name}.head_k_dim explicitly"))
+            out.append(
+                (
+                    f"{name}.num_heads",
+                    f"hidden_size {m.hidden_size} is not divisible by "
+                    f"{name}.num_heads {block.num_heads}; set {name}.head_k_dim explicitly",
+                )
+            )
         if block.head_v_dim is not None and block.expand_v is not None:
             out.append((f"{name}.expand_v", "set head_v_dim or expand_v, not both"))
         d = _linear_attention_dims(block, m.hidden_size)
         if block.expand_v is not None and d.head_k_dim * block.expand_v != int(
-                d.head_k_dim * block.expand_v):
-            out.append((f"{name}.expand_v", f"head_k_dim {d.head_k_dim} * expand_v "
-                        f"{block.expand_v} is not a whole number"))
+            d.head_k_dim * block.expand_v
+        ):
+            out.append(
+                (
+                    f"{name}.expand_v",
+                    f"head_k_dim {d.head_k_dim} * expand_v {block.expand_v} is not a whole number",
+                )
+            )
         if d.num_v_heads % d.num_heads:
-            out.append((f"{name}.num_v_heads", f"num_v_heads {d.num_v_heads} must be a multiple of "
-                        f"num_heads {d.num_heads} (GVA shares each key head among a whole number "
-                        "of value heads)"))
+            out.append(
+                (
+                    f"{name}.num_v_heads",
+                    f"num_v_heads {d.num_v_heads} must be a multiple of "
+                    f"num_heads {d.num_heads} (GVA shares each key head among a whole number "
+                    "of value heads)",
+                )
+            )
     if m.kda is not None and m.kda.safe_gate and m.kda.lower_bound is None:
         out.append(("kda.lower_bound", "safe_gate needs a lower_bound in [-5, 0)"))
 
@@ -337,18 +371,31 @@ def model_problems(m: ModelConfig) -> list[Problem]:
         mb = m.mamba2
         d_inner = mb.expand * m.hidden_size
         if d_inner % mb.head_dim:
-            out.append(("mamba2.head_dim", f"d_inner = expand*hidden_size = {d_inner} is not "
-                        f"divisible by head_dim {mb.head_dim}"))
+            out.append(
+                (
+                    "mamba2.head_dim",
+                    f"d_inner = expand*hidden_size = {d_inner} is not "
+                    f"divisible by head_dim {mb.head_dim}",
+                )
+            )
         elif (d_inner // mb.head_dim) % mb.num_groups:
-            out.append(("mamba2.num_groups", f"{d_inner // mb.head_dim} heads do not divide into "
-                        f"num_groups {mb.num_groups}"))
+            out.append(
+                (
+                    "mamba2.num_groups",
+                    f"{d_inner // mb.head_dim} heads do not divide into num_groups {mb.num_groups}",
+                )
+            )
 
     if m.mla is not None:
         if m.mla.rope_type == "yarn" and m.mla.yarn is None:
             out.append(("mla.yarn", "rope_type is yarn but the `yarn:` section is missing"))
         if m.mla.rope_type == "rope" and m.mla.yarn is not None:
-            out.append(("mla.yarn", "`yarn:` is set but rope_type is rope; remove it or use "
-                        "rope_type: yarn"))
+            out.append(
+                (
+                    "mla.yarn",
+                    "`yarn:` is set but rope_type is rope; remove it or use rope_type: yarn",
+                )
+            )
         if m.mla.qk_pos_emb_head_dim % 2:
             out.append(("mla.qk_pos_emb_head_dim", "RoPE dimension must be even"))
     if m.vocab_size > m.padded_vocab_size:  # pragma: no cover - arithmetic guard

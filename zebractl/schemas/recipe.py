@@ -227,40 +227,77 @@ def run_problems(cfg: RunConfig) -> list[Problem]:
     model_parallel = p.tp * p.pp * p.cp
     dp = 0
     if p.num_gpus % model_parallel:
-        out.append(("parallelism.num_gpus", f"num_gpus {p.num_gpus} is not divisible by tp*pp*cp "
-                    f"= {p.tp}*{p.pp}*{p.cp} = {model_parallel}"))
+        out.append(
+            (
+                "parallelism.num_gpus",
+                f"num_gpus {p.num_gpus} is not divisible by tp*pp*cp "
+                f"= {p.tp}*{p.pp}*{p.cp} = {model_parallel}",
+            )
+        )
     else:
         dp = p.num_gpus // model_parallel
     if dp and b.global_ % (b.micro * dp):
-        out.append(("batch.global", f"global batch {b.global_} is not a multiple of micro batch "
-                    f"{b.micro} x data-parallel size {dp} = {b.micro * dp}"))
+        out.append(
+            (
+                "batch.global",
+                f"global batch {b.global_} is not a multiple of micro batch "
+                f"{b.micro} x data-parallel size {dp} = {b.micro * dp}",
+            )
+        )
     if (2 * m.num_blocks) % p.pp:
-        out.append(("parallelism.pp", f"{2 * m.num_blocks} sublayers ({m.num_blocks} blocks) do not "
-                    f"split evenly into {p.pp} pipeline stages"))
+        out.append(
+            (
+                "parallelism.pp",
+                f"{2 * m.num_blocks} sublayers ({m.num_blocks} blocks) do not "
+                f"split evenly into {p.pp} pipeline stages",
+            )
+        )
     if p.tp > 1:
         for name in ("kda", "gdn", "mla"):
             block = getattr(m, name)
             if block is not None and block.num_heads % p.tp:
-                out.append(("parallelism.tp", f"model.{name}.num_heads {block.num_heads} is not "
-                            f"divisible by tp {p.tp}"))
+                out.append(
+                    (
+                        "parallelism.tp",
+                        f"model.{name}.num_heads {block.num_heads} is not divisible by tp {p.tp}",
+                    )
+                )
         if m.kda is not None:
-            out.append(("parallelism.tp", "KDA's fused f_a/g_a bottleneck cannot be split: tp "
-                        "must be 1 for models with KDA blocks"))
+            out.append(
+                (
+                    "parallelism.tp",
+                    "KDA's fused f_a/g_a bottleneck cannot be split: tp "
+                    "must be 1 for models with KDA blocks",
+                )
+            )
     if s.min_lr > s.lr:
         out.append(("schedule.min_lr", f"min_lr {s.min_lr} is larger than lr {s.lr}"))
     if (s.iterations is None) == (s.train_tokens is None):
-        out.append(("schedule.iterations", "set exactly one of schedule.iterations and "
-                    "schedule.train_tokens"))
+        out.append(
+            (
+                "schedule.iterations",
+                "set exactly one of schedule.iterations and schedule.train_tokens",
+            )
+        )
     else:
         iters = s.iterations or -(-(s.train_tokens or 0) // (b.global_ * cfg.data.seq_length))
         if s.warmup_iterations > iters:
-            out.append(("schedule.warmup_iterations", f"warmup {s.warmup_iterations} is longer "
-                        f"than the run ({iters} iterations)"))
+            out.append(
+                (
+                    "schedule.warmup_iterations",
+                    f"warmup {s.warmup_iterations} is longer than the run ({iters} iterations)",
+                )
+            )
     limit, why = max_sequence_length(m)
     if cfg.data.seq_length > limit:
-        out.append(("data.seq_length", f"seq_length {cfg.data.seq_length} exceeds the model's "
-                    f"{why} ({limit}); raise model.max_position_embeddings or configure MLA "
-                    "YaRN scaling"))
+        out.append(
+            (
+                "data.seq_length",
+                f"seq_length {cfg.data.seq_length} exceeds the model's "
+                f"{why} ({limit}); raise model.max_position_embeddings or configure MLA "
+                "YaRN scaling",
+            )
+        )
     if sum(cfg.data.split) <= 0 or any(x < 0 for x in cfg.data.split):
         out.append(("data.split", "split proportions must be non-negative and not all zero"))
     if p.cp > 1 and cfg.data.seq_length % (2 * p.cp):
