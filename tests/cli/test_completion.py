@@ -97,3 +97,10 @@ def test_show_completion_script(shell):
     )
     assert out.returncode == 0, out.stderr
     assert "_ZEBRACTL_COMPLETE" in out.stdout and f"complete_{shell}" in out.stdout
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_set_keys(shell):
+    got = _complete(shell, "zebractl plan kda_300M --set model.norm.")
+    assert got == ["model.norm.type=", "model.norm.eps="]
+    assert "batch.global=" in _complete(shell, "zebractl config show tiny_kda --set batch.")

@@ -118,6 +118,13 @@ def complete_config(incomplete: str) -> list[str]:
     return [n for n in names if n.startswith(incomplete)] + _yaml_paths(incomplete)
 
 
+def complete_set(incomplete: str) -> list[str]:
+    """Dotted keys of the recipe schema, ending in '=' (the value is the user's to type)."""
+    from zebractl.config.resolve import schema_keys
+
+    return [f"{k}=" for k in schema_keys() if k.startswith(incomplete)]
+
+
 SET_HELP = (
     "Override one value: dotted.key=value (a YAML scalar), e.g. --set schedule.lr=3e-4. "
     "Repeatable; applied last, after the preset and the recipe."

@@ -12,6 +12,7 @@ from zebractl.cli._common import (
     JSON_HELP,
     SET_HELP,
     complete_config,
+    complete_set,
     emit_json,
     err,
     guarded,
@@ -43,7 +44,9 @@ def show(
         help="Recipe or preset: a shipped name or a .yaml path.",
         autocompletion=complete_config,
     ),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+    set_: list[str] = typer.Option(
+        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Print every resolved value with its source (default, FILE:LINE or --set)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import EXIT_USAGE, JSON_HELP, SET_HELP, complete_recipe, err
+from zebractl.cli._common import EXIT_USAGE, JSON_HELP, SET_HELP, complete_recipe, complete_set, err
 
 _WHEN = {
     "prepare": "issue 4",
@@ -54,7 +54,9 @@ def train(
     recipe: str = typer.Argument(
         ..., help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe
     ),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+    set_: list[str] = typer.Option(
+        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="Run directory."),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),

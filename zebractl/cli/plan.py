@@ -6,7 +6,14 @@ from typing import Any
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, SET_HELP, complete_recipe, emit_json, guarded
+from zebractl.cli._common import (
+    JSON_HELP,
+    SET_HELP,
+    complete_recipe,
+    complete_set,
+    emit_json,
+    guarded,
+)
 
 
 def _n(x: float) -> str:
@@ -18,7 +25,9 @@ def plan(
     recipe: str = typer.Argument(
         ..., help="Recipe: a shipped name or a .yaml path.", autocompletion=complete_recipe
     ),
-    set_: list[str] = typer.Option([], "--set", help=SET_HELP, metavar="KEY=VALUE"),
+    set_: list[str] = typer.Option(
+        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""

@@ -236,6 +236,19 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
     return model
 
 
+def schema_keys(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[str]:
+    """Every settable dotted key of a schema (leaves; sections are expanded)."""
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        sub = _unwrap(field.annotation)
+        if sub is not None and typing.get_origin(field.annotation) is not list:
+            out += schema_keys(sub, key + ".")
+        else:
+            out.append(key)
+    return out
+
+
 def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
     key = dotted
     while key:
