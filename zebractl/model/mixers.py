@@ -1,0 +1,155 @@
+"""The recurrent mixers: Kimi Delta Attention, Gated DeltaNet and Mamba2, in the fused Primus layout.
+
+Tensor names and shapes are those of :mod:`zebractl.layout`. Mixers are tensor-parallel size 1 (KDA's
+f_a/g_a bottleneck cannot be split; the schema and the builder refuse tp > 1 for recurrent mixers), so
+their projections are plain ``nn.Linear``. Inputs and outputs are batch-first ``[B, T, H]``.
+
+Mamba2: the SSD scan is computed as scalar-decay linear attention (q = C, k = dt*B, v = x,
+g = dt*A), which is exactly FLA's ``chunk_simple_gla`` on CUDA — no mamba_ssm or causal_conv1d needed;
+``o + D*x`` is then gated and normalised per group like Mamba2's ``RMSNormGated(norm_before_gate=False)``:
+``y = GroupRMSNorm(o * silu(z)) * w``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zebractl.model import ops
+from zebractl.model.layers import GatedNorm
+from zebractl.model.ops import KernelOptions
+from zebractl.schemas.preset import ModelConfig
+
+Tensor = torch.Tensor
+
+
+def _conv(x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions) -> Tensor:
+    if conv is None:
+        return F.silu(x)
+    return ops.short_conv(opts, x, conv.weight, conv.bias)
+
+
+class KDAMixer(nn.Module):
+    """Kimi Delta Attention. in_proj rows: q | k | v | f_a | g_a | beta."""
+
+    def __init__(self, m: ModelConfig, opts: KernelOptions) -> None:
+        super().__init__()
+        assert m.kda is not None
+        self.cfg, self.opts = m.kda, opts
+        d = m.linear_attention_dims("kda")
+        self.d = d
+        h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
+        self.split = [d.key_dim, d.key_dim, d.value_dim, d.head_v_dim, d.head_v_dim, d.num_v_heads]
+        self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
+        self.conv1d = (nn.Conv1d(conv_dim, conv_dim, m.kda.conv_size, groups=conv_dim, bias=False)
+                       if m.kda.use_short_conv else None)
+        self.f_b_proj = nn.Linear(d.head_v_dim, d.num_v_heads * d.head_k_dim, bias=False)
+        self.g_b_proj = nn.Linear(d.head_v_dim, d.value_dim, bias=True)
+        self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(d.num_v_heads * d.head_k_dim, dtype=torch.float32))
+        self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, "sigmoid", opts)
+        self.out_proj = nn.Linear(d.value_dim, h, bias=m.linear_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        d = self.d
+        q, k, v, f_a, g_a, beta = self.in_proj(x).split(self.split, dim=-1)
+        if self.conv1d is not None:
+            q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
+                [d.key_dim, d.key_dim, d.value_dim], dim=-1)
+        else:
+            q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
+        o = ops.kda(self.opts, q.view(b, t, d.num_heads, d.head_k_dim),
+                    k.view(b, t, d.num_heads, d.head_k_dim),
+                    v.view(b, t, d.num_v_heads, d.head_v_dim), f, beta, self.A_log, self.dt_bias,
+                    allow_neg_eigval=self.cfg.allow_neg_eigval, safe_gate=self.cfg.safe_gate,
+                    lower_bound=self.cfg.lower_bound)
+        gate = self.g_b_proj(g_a).view(b, t, d.num_v_heads, d.head_v_dim)
+        o = self.out_norm(o, gate)
+        return self.out_proj(o.reshape(b, t, d.value_dim))
+
+
+class GDNMixer(nn.Module):
+    """Gated DeltaNet. in_proj rows: q | k | v | z (output gate) | beta | alpha (decay logits)."""
+
+    def __init__(self, m: ModelConfig, opts: KernelOptions) -> None:
+        super().__init__()
+        assert m.gdn is not None
+        self.cfg, self.opts = m.gdn, opts
+        d = m.linear_attention_dims("gdn")
+        self.d = d
+        h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
+        gate = d.value_dim if m.gdn.use_gate else 0
+        self.split = [d.key_dim, d.key_dim, d.value_dim, gate, d.num_v_heads, d.num_v_heads]
+        self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
+        self.conv1d = (nn.Conv1d(conv_dim, conv_dim, m.gdn.conv_size, groups=conv_dim, bias=False)
+                       if m.gdn.use_short_conv else None)
+        self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
+        self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
+        self.out_proj = nn.Linear(d.value_dim, h, bias=m.linear_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        d = self.d
+        q, k, v, z, beta, alpha = self.in_proj(x).split(self.split, dim=-1)
+        if self.conv1d is not None:
+            q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
+                [d.key_dim, d.key_dim, d.value_dim], dim=-1)
+        else:
+            q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        o = ops.gdn(self.opts, q.view(b, t, d.num_heads, d.head_k_dim),
+                    k.view(b, t, d.num_heads, d.head_k_dim),
+                    v.view(b, t, d.num_v_heads, d.head_v_dim), alpha, beta, self.A_log,
+                    self.dt_bias, allow_neg_eigval=self.cfg.allow_neg_eigval)
+        gate = z.view(b, t, d.num_v_heads, d.head_v_dim) if self.cfg.use_gate else None
+        o = self.out_norm(o, gate)
+        return self.out_proj(o.reshape(b, t, d.value_dim))
+
+
+class Mamba2Mixer(nn.Module):
+    """Mamba2. in_proj rows: z | x | B | C | dt; conv over x | B | C (with bias)."""
+
+    def __init__(self, m: ModelConfig, opts: KernelOptions) -> None:
+        super().__init__()
+        assert m.mamba2 is not None
+        self.cfg, self.opts = m.mamba2, opts
+        mb, dims = m.mamba2, m.mamba2_dims
+        self.d_inner, self.nheads = dims.d_inner, dims.num_heads
+        self.gn = mb.num_groups * mb.state_dim
+        conv_dim = self.d_inner + 2 * self.gn
+        self.split = [self.d_inner, self.d_inner, self.gn, self.gn, self.nheads]
+        self.in_proj = nn.Linear(m.hidden_size, sum(self.split), bias=m.linear_bias)
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, mb.conv_size, groups=conv_dim,
+                                bias=mb.conv_bias)
+        self.A_log = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))
+        self.D = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))
+        self.norm = nn.Module()
+        self.norm.weight = nn.Parameter(torch.empty(self.d_inner))
+        self.eps = m.norm.eps
+        self.out_proj = nn.Linear(self.d_inner, m.hidden_size, bias=m.linear_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
+        z, xbc_x, bb, cc, dt = self.in_proj(x).split(self.split, dim=-1)
+        xbc = _conv(torch.cat([xbc_x, bb, cc], -1), self.conv1d, self.opts)
+        xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
+        dt = F.softplus(dt.float() + self.dt_bias.float())  # [B,T,nh]
+        a = -self.A_log.float().exp()
+        rep = nh // mb.num_groups
+        bh = bb.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
+        ch = cc.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
+        xh = xs.view(b, t, nh, p)
+        k = (bh.float() * dt[..., None]).to(xh.dtype)
+        o = ops.ssd(self.opts, ch.to(xh.dtype), k, xh, (dt * a).to(torch.float32))
+        y = o + xh * self.D.to(xh.dtype)[:, None]
+        y = y.reshape(b, t, self.d_inner) * F.silu(z)
+        y = ops.torch_ops.group_rms_norm(y, self.norm.weight, self.eps, mb.num_groups)
+        return self.out_proj(y)
+
+
+MIXERS = {"kda": KDAMixer, "gdn": GDNMixer, "mamba2": Mamba2Mixer}

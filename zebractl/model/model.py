@@ -1,0 +1,146 @@
+"""The Zebra language model on megatron-core, built from a resolved config and nothing else.
+
+``ZebraModel`` is a megatron ``LanguageModule`` (tied embeddings, sharded checkpoints, parallel state)
+whose decoder stacks the resolved sublayers: mixer (KDA/GDN/Mamba2) or MLA attention, then SwiGLU MLP,
+each pre-norm with a residual; then the final norm. With labels, ``forward`` returns the summed token
+cross-entropy and the token count; FLA's fused linear cross-entropy on CUDA never materialises the
+``[tokens x vocab]`` logits.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from megatron.core.models.common.language_module.language_module import LanguageModule
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, VocabParallelEmbedding
+from megatron.core.transformer.module import MegatronModule
+from torch import nn
+
+from zebractl.model import ops
+from zebractl.model.attention import build_mla
+from zebractl.model.layers import (
+    AttentionSublayer,
+    MixerSublayer,
+    MLPSublayer,
+    Norm,
+    SwiGLUMLP,
+    norm_factory,
+)
+from zebractl.model.mixers import MIXERS
+from zebractl.model.ops import KernelOptions
+from zebractl.schemas.preset import ModelConfig
+
+Tensor = torch.Tensor
+
+
+class _Embedding(MegatronModule):
+    """Token embedding (megatron's VocabParallelEmbedding) with embedding dropout; batch-first."""
+
+    def __init__(self, config, vocab_size: int) -> None:
+        super().__init__(config=config)
+        self.word_embeddings = VocabParallelEmbedding(
+            vocab_size, config.hidden_size, init_method=config.embedding_init_method,
+            config=config)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        x = self.word_embeddings(input_ids)
+        p = self.config.hidden_dropout
+        return F.dropout(x, p=p, training=True) if p and self.training else x
+
+
+class ZebraStack(MegatronModule):
+    """The sublayers of the resolved pattern and the final norm."""
+
+    def __init__(self, m: ModelConfig, config, opts: KernelOptions) -> None:
+        super().__init__(config=config)
+        h, eps, kind = m.hidden_size, m.norm.eps, m.norm.type
+        layers: list[nn.Module] = []
+        for i, sub in enumerate(m.sublayers):
+            norm = Norm(h, eps, kind, opts)
+            if sub == "mlp":
+                layers.append(MLPSublayer(config, norm, SwiGLUMLP(config, opts)))
+            elif sub == "mla":
+                attn = build_mla(config, i + 1, norm_factory(kind, opts), opts)
+                layers.append(AttentionSublayer(config, norm, attn))
+            else:
+                layers.append(MixerSublayer(config, norm, MIXERS[sub](m, opts)))
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = Norm(h, eps, kind, opts)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_norm(x)
+
+
+class ZebraModel(LanguageModule):
+    """Embedding -> ZebraStack -> (tied) LM head, on megatron-core."""
+
+    def __init__(self, m: ModelConfig, config, opts: KernelOptions) -> None:
+        super().__init__(config=config)
+        self.model_config, self.opts = m, opts
+        self.pre_process = self.post_process = True
+        self.share_embeddings_and_output_weights = m.tie_embeddings
+        self.vocab_size = m.padded_vocab_size
+        self.embedding = _Embedding(config, self.vocab_size)
+        self.decoder = ZebraStack(m, config, opts)
+        self.output_layer = ColumnParallelLinear(
+            m.hidden_size, self.vocab_size, config=config, init_method=config.init_method,
+            bias=False, skip_bias_add=False, gather_output=False,
+            skip_weight_param_allocation=m.tie_embeddings)
+        self.setup_embeddings_and_output_layer()
+
+    @property
+    def lm_head_weight(self) -> Tensor:
+        """The output projection ``[padded vocab, hidden]`` (the embedding when tied)."""
+        if self.share_embeddings_and_output_weights:
+            return self.shared_embedding_or_output_weight()
+        return self.output_layer.weight
+
+    def hidden_states(self, input_ids: Tensor) -> Tensor:
+        """Final-norm hidden states ``[B, T, H]``."""
+        return self.decoder(self.embedding(input_ids))
+
+    def forward(self, input_ids: Tensor, labels: Tensor | None = None,
+                loss_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """Logits ``[B, T, V]`` (fp32) without labels; with labels ``(loss_sum, num_tokens)``."""
+        h = self.hidden_states(input_ids)
+        w = self.lm_head_weight
+        if labels is None:
+            return F.linear(h, w).float()
+        if loss_mask is not None:
+            labels = labels.masked_fill(loss_mask == 0, -100)
+        tokens = (labels != -100).sum()
+        return ops.lm_loss(self.opts, h, w, labels), tokens
+
+
+def build_model(m: ModelConfig, *, kernels: object | None = None, device: str | torch.device = "cpu",
+                seed: int = 1234, params_dtype: torch.dtype = torch.float32,
+                tp: int = 1) -> ZebraModel:
+    """Build and initialise a model on ``device`` (``"meta"`` allocates nothing).
+
+    ``kernels`` is a recipe's KernelsConfig (None = defaults with backend auto).
+    """
+    from zebractl.model.init import initialize
+    from zebractl.model.megatron_config import transformer_config
+    from zebractl.runtime import dist, megatron_compat
+
+    if tp != 1:
+        raise NotImplementedError("tensor parallelism is not supported yet (recurrent mixers are "
+                                  "tp=1 only); use data parallelism")
+    megatron_compat.apply()
+    dist.ensure_initialized(tp=tp)
+    opts = kernel_options(kernels, device)
+    config = transformer_config(m, tp=tp, params_dtype=params_dtype)
+    with torch.device(device):
+        model = ZebraModel(m, config, opts)
+    initialize(model, m, seed)
+    return model
+
+
+def kernel_options(kernels: object | None, device: str | torch.device) -> KernelOptions:
+    """KernelOptions from a recipe's kernels section, with the backend resolved for ``device``."""
+    if kernels is None:
+        return KernelOptions(backend=ops.resolve_backend("auto", device))
+    fields = {k: getattr(kernels, k) for k in KernelOptions.__dataclass_fields__ if k != "backend"}
+    return KernelOptions(backend=ops.resolve_backend(kernels.backend, device), **fields)

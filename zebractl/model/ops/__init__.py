@@ -1,0 +1,198 @@
+"""Kernel dispatch: one interface, two implementations (FLA Triton kernels on CUDA, pure PyTorch).
+
+The mixers call these functions only, so the model code is identical on both backends; the backend is
+chosen once, when the model is built (``kernels.backend``: ``auto`` = FLA on CUDA, torch elsewhere).
+Raw projections go in (un-normalised q/k, gate and beta logits): each backend applies the q/k L2 norm,
+the decay gate and the beta sigmoid where it is cheapest (FLA: inside the kernel when the matching
+``kernels.*_in_kernel`` toggle is on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from zebractl.model.ops import torch_ops as T
+
+Tensor = torch.Tensor
+Backend = Literal["fla", "torch"]
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """The kernel switches of a recipe that change how the math is executed (never what it is)."""
+
+    backend: Backend
+    fused_rmsnorm: bool = True
+    fused_gated_norm: bool = True
+    fused_swiglu: bool = True
+    fused_short_conv: bool = True
+    fused_linear_cross_entropy: bool = True
+    fused_ce_chunks: int = 32
+    kda_gate_in_kernel: bool = True
+    gdn_gate_in_kernel: bool = True
+    qk_l2norm_in_kernel: bool = True
+
+    def fla(self, toggle: bool) -> bool:
+        """Whether to use the FLA kernel for a component with this toggle."""
+        return self.backend == "fla" and toggle
+
+
+def resolve_backend(requested: str, device: torch.device | str | None = None) -> Backend:
+    """auto -> fla on CUDA (when FLA is importable), torch otherwise; fla without CUDA is an error."""
+    dev = torch.device(device) if device is not None else None
+    cuda = dev.type == "cuda" if dev is not None else torch.cuda.is_available()
+    if requested == "torch":
+        return "torch"
+    if requested == "fla":
+        if not cuda:
+            raise RuntimeError("kernels.backend is 'fla' but FLA's Triton kernels need a CUDA "
+                               "device; use kernels.backend=torch (or auto) on CPU")
+        return "fla"
+    if cuda:
+        try:
+            import fla.ops  # noqa: F401
+        except ImportError:  # pragma: no cover - depends on the machine
+            return "torch"
+        return "fla"
+    return "torch"
+
+
+def _beta(beta_raw: Tensor, allow_neg_eigval: bool) -> Tensor:
+    b = torch.sigmoid(beta_raw.float())
+    return b * 2 if allow_neg_eigval else b
+
+
+def kda(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, f: Tensor, beta_raw: Tensor,
+        a_log: Tensor, dt_bias: Tensor, *, allow_neg_eigval: bool = False,
+        safe_gate: bool = False, lower_bound: float | None = None) -> Tensor:
+    """Kimi Delta Attention on raw projections: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``,
+    f (decay logits) ``[B,T,HV,K]``, beta_raw ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
+    if opts.backend == "fla":
+        from fla.ops.kda import chunk_kda
+
+        kwargs: dict = {}
+        if opts.kda_gate_in_kernel:
+            kwargs |= {"A_log": a_log, "dt_bias": dt_bias, "use_gate_in_kernel": True}
+            g = f
+        else:
+            g = _kda_gate(f, a_log, dt_bias, lower_bound)
+        if not opts.qk_l2norm_in_kernel:
+            from fla.modules.l2norm import l2norm
+
+            q, k = l2norm(q), l2norm(k)
+        o, _ = chunk_kda(q, k, v, g, beta_raw, use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+                         use_beta_sigmoid_in_kernel=True, allow_neg_eigval=allow_neg_eigval,
+                         safe_gate=safe_gate, lower_bound=lower_bound, **kwargs)
+        return o
+    g = _kda_gate(f, a_log, dt_bias, lower_bound)
+    o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
+    return o
+
+
+def _kda_gate(f: Tensor, a_log: Tensor, dt_bias: Tensor, lower_bound: float | None) -> Tensor:
+    if lower_bound is None:
+        return T.kda_gate(f, a_log, dt_bias)
+    hv, k = f.shape[-2], f.shape[-1]
+    x = a_log.float().exp().view(hv, 1) * (f.float() + dt_bias.float().view(hv, k))
+    return lower_bound * torch.sigmoid(x)
+
+
+def gdn(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, a: Tensor, beta_raw: Tensor,
+        a_log: Tensor, dt_bias: Tensor, *, allow_neg_eigval: bool = False) -> Tensor:
+    """Gated DeltaNet on raw projections: a (decay logits) ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
+    if opts.backend == "fla":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        kwargs: dict = {}
+        if opts.gdn_gate_in_kernel:
+            kwargs |= {"A_log": a_log, "dt_bias": dt_bias, "use_gate_in_kernel": True}
+            g = a
+        else:
+            g = T.gdn_gate(a, a_log, dt_bias)
+        if not opts.qk_l2norm_in_kernel:
+            from fla.modules.l2norm import l2norm
+
+            q, k = l2norm(q), l2norm(k)
+        o, _ = chunk_gated_delta_rule(q, k, v, g, beta_raw,
+                                      use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+                                      use_beta_sigmoid_in_kernel=True,
+                                      allow_neg_eigval=allow_neg_eigval, **kwargs)
+        return o
+    g = T.gdn_gate(a, a_log, dt_bias)
+    o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
+    return o
+
+
+def ssd(opts: KernelOptions, c: Tensor, b: Tensor, x: Tensor, g: Tensor) -> Tensor:
+    """Mamba2's SSD as scalar-decay linear attention: ``o = sum_j (c_i.b_j) exp(G_i-G_j) x_j``.
+
+    c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
+    g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA.
+    """
+    if opts.backend == "fla":
+        from fla.ops.simple_gla import chunk_simple_gla
+
+        o, _ = chunk_simple_gla(c, b, x, g=g, scale=1.0)
+        return o
+    o, _ = T.chunk_scalar_gla(c, b, x, g, scale=1.0)
+    return o
+
+
+def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Causal depthwise conv + SiLU over ``[B,T,D]`` with weight ``[D,1,W]``."""
+    w = weight.squeeze(1)
+    if opts.fla(opts.fused_short_conv):
+        from fla.modules.causal_conv1d.ops import causal_conv1d
+
+        y, _ = causal_conv1d(x, w, bias, activation="silu", backend="triton")
+        return y
+    return T.causal_conv1d(x, w, bias, activation="silu")
+
+
+def rms_norm(opts: KernelOptions, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm (FLA's fused kernel when enabled)."""
+    if opts.fla(opts.fused_rmsnorm):
+        from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
+
+        return fla_rms_norm(x, weight, None, eps=eps)
+    return T.rms_norm(x, weight, eps)
+
+
+def gated_rms_norm(opts: KernelOptions, x: Tensor, gate: Tensor, weight: Tensor, eps: float,
+                   activation: str) -> Tensor:
+    """``RMSNorm(x) * w * act(gate)`` (FLA FusedRMSNormGated when enabled)."""
+    if opts.fla(opts.fused_gated_norm):
+        from fla.modules.norm.fused_norm_gate import rms_norm_gated
+
+        return rms_norm_gated(x, gate, weight, None, activation=activation, eps=eps)
+    return T.gated_rms_norm(x, gate, weight, eps, activation)
+
+
+def swiglu(opts: KernelOptions, gate: Tensor, up: Tensor) -> Tensor:
+    """``silu(gate) * up`` (FLA's Triton SwiGLU when enabled)."""
+    if opts.fla(opts.fused_swiglu):
+        from fla.modules.activations.ops import swiglu as fla_swiglu
+
+        return fla_swiglu(gate, up)
+    return T.swiglu(gate, up)
+
+
+def lm_loss(opts: KernelOptions, hidden: Tensor, weight: Tensor, labels: Tensor,
+            ignore_index: int = -100) -> Tensor:
+    """Sum of token cross-entropies of ``hidden @ weight.T`` against labels (ignored: -100), fp32.
+
+    With the FLA fused kernel the ``[tokens x vocab]`` logits are never materialised.
+    """
+    h = hidden.reshape(-1, hidden.shape[-1])
+    y = labels.reshape(-1)
+    if opts.fla(opts.fused_linear_cross_entropy):
+        from fla.modules.fused_linear_cross_entropy.ops import fused_linear_cross_entropy_loss
+
+        return fused_linear_cross_entropy_loss(h, y, weight, num_chunks=opts.fused_ce_chunks,
+                                               reduction="sum", ignore_index=ignore_index).float()
+    logits = F.linear(h, weight).float()
+    return F.cross_entropy(logits, y, ignore_index=ignore_index, reduction="sum")

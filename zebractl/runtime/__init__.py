@@ -1,0 +1,1 @@
+"""Process-level runtime: distributed init and the compatibility patches megatron-core needs here."""
