@@ -60,13 +60,41 @@ def _linear(m: ModelConfig, name: str, out_f: int, in_f: int, bias: bool | None 
     return shapes
 
 
+def kda_in_proj_rows(m: ModelConfig) -> list[int]:
+    """Row blocks of KDA's fused in_proj: q | k | v | f_a | g_a | beta."""
+    d = m.linear_attention_dims("kda")
+    return [d.key_dim, d.key_dim, d.value_dim, d.head_v_dim, d.head_v_dim, d.num_v_heads]
+
+
+def gdn_in_proj_rows(m: ModelConfig) -> list[int]:
+    """Row blocks of GDN's fused in_proj: q | k | v | z | beta | alpha (z empty without use_gate)."""
+    assert m.gdn is not None
+    d = m.linear_attention_dims("gdn")
+    z = d.value_dim if m.gdn.use_gate else 0
+    return [d.key_dim, d.key_dim, d.value_dim, z, d.num_v_heads, d.num_v_heads]
+
+
+def conv_channels(m: ModelConfig, kind: str) -> list[int]:
+    """Channel blocks of the short convolution: q | k | v."""
+    d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
+    return [d.key_dim, d.key_dim, d.value_dim]
+
+
+def mamba2_in_proj_rows(m: ModelConfig) -> list[int]:
+    """Row blocks of Mamba2's fused in_proj: z | x | B | C | dt."""
+    assert m.mamba2 is not None
+    gn = m.mamba2.num_groups * m.mamba2.state_dim
+    di = m.mamba2_dims.d_inner
+    return [di, di, gn, gn, m.mamba2_dims.num_heads]
+
+
 def kda_shapes(m: ModelConfig) -> Shapes:
     """Tensors of one KDA mixer sublayer."""
     assert m.kda is not None
     d = m.linear_attention_dims("kda")
     h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
     s: Shapes = _norm(m, "norm", h)
-    s |= _linear(m, "mixer.in_proj", conv_dim + 2 * d.head_v_dim + d.num_v_heads, h)
+    s |= _linear(m, "mixer.in_proj", sum(kda_in_proj_rows(m)), h)
     if m.kda.use_short_conv:
         s["mixer.conv1d.weight"] = (conv_dim, 1, m.kda.conv_size)
     s |= _linear(m, "mixer.f_b_proj", d.num_v_heads * d.head_k_dim, d.head_v_dim, bias=False)
@@ -83,9 +111,8 @@ def gdn_shapes(m: ModelConfig) -> Shapes:
     assert m.gdn is not None
     d = m.linear_attention_dims("gdn")
     h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
-    gate = d.value_dim if m.gdn.use_gate else 0
     s: Shapes = _norm(m, "norm", h)
-    s |= _linear(m, "mixer.in_proj", conv_dim + gate + 2 * d.num_v_heads, h)
+    s |= _linear(m, "mixer.in_proj", sum(gdn_in_proj_rows(m)), h)
     if m.gdn.use_short_conv:
         s["mixer.conv1d.weight"] = (conv_dim, 1, m.gdn.conv_size)
     s["mixer.A_log"] = (d.num_v_heads,)
@@ -102,7 +129,7 @@ def mamba2_shapes(m: ModelConfig) -> Shapes:
     h, gn = m.hidden_size, mb.num_groups * mb.state_dim
     conv_dim = d.d_inner + 2 * gn
     s: Shapes = _norm(m, "norm", h)
-    s |= _linear(m, "mixer.in_proj", 2 * d.d_inner + 2 * gn + d.num_heads, h)
+    s |= _linear(m, "mixer.in_proj", sum(mamba2_in_proj_rows(m)), h)
     s["mixer.conv1d.weight"] = (conv_dim, 1, mb.conv_size)
     if mb.conv_bias:
         s["mixer.conv1d.bias"] = (conv_dim,)

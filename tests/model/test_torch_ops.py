@@ -39,16 +39,23 @@ def _close(a, b, atol=ATOL):
 
 
 # (B, T, H, HV, K, V): several chunks, a ragged tail, GVA
-SHAPES = [(2, 128, 2, 2, 16, 32), (1, 200, 2, 4, 32, 16), (2, 64, 1, 3, 8, 8), (1, 37, 2, 2, 16, 16)]
+SHAPES = [
+    (2, 128, 2, 2, 16, 32),
+    (1, 200, 2, 4, 32, 16),
+    (2, 64, 1, 3, 8, 8),
+    (1, 37, 2, 2, 16, 16),
+]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_kda_recurrent_equals_fla_naive(shape):
     q, k, v, g, beta, s0 = _inputs(*shape, per_channel=True)
-    ours, s_ours = T.recurrent_delta_rule(q, k, v, g, beta, initial_state=s0,
-                                          output_final_state=True)
-    ref, s_ref = naive_kda.naive_recurrent_kda(q, k, v, g, beta, initial_state=s0,
-                                               output_final_state=True)
+    ours, s_ours = T.recurrent_delta_rule(
+        q, k, v, g, beta, initial_state=s0, output_final_state=True
+    )
+    ref, s_ref = naive_kda.naive_recurrent_kda(
+        q, k, v, g, beta, initial_state=s0, output_final_state=True
+    )
     _close(ours, ref)
     _close(s_ours, s_ref)
 
@@ -61,8 +68,9 @@ def test_kda_chunked_equals_fla_naive_and_recurrent(shape):
     _close(ours, rec)
     _close(s_ours, s_rec)
     if shape[1] % 64 == 0:  # FLA's naive chunk form needs T % 64 == 0
-        ref, s_ref = naive_kda.naive_chunk_kda(q, k, v, g, beta, initial_state=s0,
-                                               output_final_state=True)
+        ref, s_ref = naive_kda.naive_chunk_kda(
+            q, k, v, g, beta, initial_state=s0, output_final_state=True
+        )
         _close(ours, ref)
         _close(s_ours, s_ref)
 
@@ -77,8 +85,9 @@ def test_gdn_equals_fla_naive(shape):
     _close(s_ours, s_rec)
     # FLA's GDN references have no GVA: compare on expanded heads
     qe, ke = (x.repeat_interleave(hv // h, dim=2) for x in (q, k))
-    ref, s_ref = naive_gdn.naive_recurrent_gated_delta_rule(qe, ke, v, beta, g, initial_state=s0,
-                                                            output_final_state=True)
+    ref, s_ref = naive_gdn.naive_recurrent_gated_delta_rule(
+        qe, ke, v, beta, g, initial_state=s0, output_final_state=True
+    )
     _close(ours, ref)
     _close(s_ours, s_ref)
 
@@ -124,8 +133,9 @@ def test_scalar_gla_chunked_equals_recurrent_and_fla(t):
     rec, s2 = T.recurrent_scalar_gla(q, k, v, g, initial_state=s0, output_final_state=True)
     _close(ours, rec, atol=1e-4)
     _close(s1, s2, atol=1e-4)
-    ref, s3 = naive_sgla.naive_recurrent_simple_gla(q, k, v, g, scale=1.0, initial_state=s0,
-                                                     output_final_state=True)
+    ref, s3 = naive_sgla.naive_recurrent_simple_gla(
+        q, k, v, g, scale=1.0, initial_state=s0, output_final_state=True
+    )
     _close(ours, ref, atol=1e-4)
     _close(s1, s3, atol=1e-4)
 
@@ -138,5 +148,7 @@ def test_causal_conv_is_causal_and_depthwise():
     x2[:, 5:] = 0
     y2 = T.causal_conv1d(x2, w, activation=None)
     _close(y[:, :5], y2[:, :5], atol=1e-6)
-    manual = sum(x[:, 3 - j : 7 - j, 2] * w[2, 3 - j] for j in range(4))  # positions 3..6, channel 2
+    manual = sum(
+        x[:, 3 - j : 7 - j, 2] * w[2, 3 - j] for j in range(4)
+    )  # positions 3..6, channel 2
     _close(y[:, 3:7, 2], manual, atol=1e-5)

@@ -26,8 +26,11 @@ from zebractl.model.layers import GatedNorm, Norm
 from zebractl.model.mixers import GDNMixer, KDAMixer, Mamba2Mixer
 from zebractl.schemas.preset import ModelConfig
 
-OUTPUT_PROJECTIONS = ("mixer.out_proj.weight", "self_attention.linear_proj.weight",
-                      "mlp.linear_fc2.weight")
+OUTPUT_PROJECTIONS = (
+    "mixer.out_proj.weight",
+    "self_attention.linear_proj.weight",
+    "mlp.linear_fc2.weight",
+)
 
 
 def _inv_softplus_dt(n: int, gen: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -52,15 +55,11 @@ def initialize(model: nn.Module, m: ModelConfig, seed: int) -> None:
         p.normal_(0.0, std, generator=gen)
 
     for mod_name, module in model.named_modules():
-        local = {n: p for n, p in module.named_parameters(recurse=False)}
-        if not local:
-            continue
-        for pname, p in local.items():
-            full = f"{mod_name}.{pname}" if mod_name else pname
+        for pname, p in module.named_parameters(recurse=False):
             if id(p) in done:
                 continue
-            if isinstance(module, Norm | GatedNorm) or (
-                    isinstance(module, nn.Module) and mod_name.endswith("mixer.norm")):
+            full = f"{mod_name}.{pname}" if mod_name else pname
+            if isinstance(module, Norm | GatedNorm) or mod_name.endswith("mixer.norm"):
                 p.fill_(1.0 if pname == "weight" else 0.0)
             elif isinstance(module, KDAMixer | GDNMixer | Mamba2Mixer):
                 _mixer_param(module, pname, p, gen)

@@ -19,11 +19,24 @@ from zebractl.model.ops import KernelOptions
 Tensor = torch.Tensor
 
 
+def tp_group():
+    """Megatron's tensor-parallel group (passed explicitly: megatron deprecates the implicit one)."""
+    from megatron.core import parallel_state
+
+    return parallel_state.get_tensor_model_parallel_group()
+
+
 class Norm(nn.Module):
     """RMSNorm or LayerNorm with an explicit eps; megatron's build_module signature works too."""
 
-    def __init__(self, hidden_size: int, eps: float, kind: str = "rmsnorm",
-                 opts: KernelOptions | None = None, config: object | None = None) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float,
+        kind: str = "rmsnorm",
+        opts: KernelOptions | None = None,
+        config: object | None = None,
+    ) -> None:
         super().__init__()
         self.eps, self.kind, self.opts = eps, kind, opts or KernelOptions(backend="torch")
         self.weight = nn.Parameter(torch.empty(hidden_size))
@@ -34,8 +47,9 @@ class Norm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.kind == "layernorm":
-            return F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(),
-                                self.eps).to(x.dtype)
+            return F.layer_norm(
+                x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps
+            ).to(x.dtype)
         return ops.rms_norm(self.opts, x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
@@ -46,8 +60,9 @@ def norm_factory(kind: str, opts: KernelOptions):
     """A class megatron's build_module can instantiate as (config=, hidden_size=, eps=)."""
 
     class _SpecNorm(Norm):
-        def __init__(self, config: object = None, hidden_size: int = 0, eps: float = 1e-6,
-                     **_: object) -> None:
+        def __init__(
+            self, config: object = None, hidden_size: int = 0, eps: float = 1e-6, **_: object
+        ) -> None:
             super().__init__(hidden_size, eps, kind, opts)
 
     _SpecNorm.__name__ = "Norm"
@@ -79,11 +94,25 @@ class SwiGLUMLP(MegatronModule):
         self.opts = opts
         f = config.ffn_hidden_size
         self.linear_fc1 = ColumnParallelLinear(
-            config.hidden_size, 2 * f, config=config, init_method=config.init_method,
-            bias=config.add_bias_linear, gather_output=False, skip_bias_add=False)
+            config.hidden_size,
+            2 * f,
+            config=config,
+            init_method=config.init_method,
+            bias=config.add_bias_linear,
+            gather_output=False,
+            skip_bias_add=False,
+            tp_group=tp_group(),
+        )
         self.linear_fc2 = RowParallelLinear(
-            f, config.hidden_size, config=config, init_method=config.output_layer_init_method,
-            bias=config.add_bias_linear, input_is_parallel=True, skip_bias_add=False)
+            f,
+            config.hidden_size,
+            config=config,
+            init_method=config.output_layer_init_method,
+            bias=config.add_bias_linear,
+            input_is_parallel=True,
+            skip_bias_add=False,
+            tp_group=tp_group(),
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         h, _ = self.linear_fc1(x)

@@ -19,24 +19,71 @@ from zebractl.schemas.preset import ModelConfig
 
 # Fields megatron's modules (embedding, MLA, linears) read in our model. All must be set explicitly.
 EXPLICIT_FIELDS: tuple[str, ...] = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
-    "hidden_dropout", "attention_dropout", "layernorm_epsilon", "normalization",
-    "layernorm_zero_centered_gamma", "add_bias_linear", "add_qkv_bias", "gated_linear_unit",
-    "activation_func", "init_method_std", "init_method", "output_layer_init_method",
-    "embedding_init_method_std", "embedding_init_method", "perform_initialization",
-    "use_cpu_initialization", "params_dtype", "pipeline_dtype", "bf16", "fp16",
-    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-    "sequence_parallel", "gradient_accumulation_fusion", "bias_activation_fusion",
-    "bias_dropout_fusion", "masked_softmax_fusion", "apply_rope_fusion", "persist_layer_norm",
-    "cross_entropy_loss_fusion", "attention_softmax_in_fp32", "apply_query_key_layer_scaling",
-    "apply_residual_connection_post_layernorm", "fp32_residual_connection", "softmax_scale",
-    "qk_layernorm", "qk_l2_norm", "rotary_interleaved", "transformer_impl", "deterministic_mode",
-    "is_hybrid_model", "calculate_per_token_loss",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "kv_channels",
+    "hidden_dropout",
+    "attention_dropout",
+    "layernorm_epsilon",
+    "normalization",
+    "layernorm_zero_centered_gamma",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "gated_linear_unit",
+    "activation_func",
+    "init_method_std",
+    "init_method",
+    "output_layer_init_method",
+    "embedding_init_method_std",
+    "embedding_init_method",
+    "perform_initialization",
+    "use_cpu_initialization",
+    "params_dtype",
+    "pipeline_dtype",
+    "bf16",
+    "fp16",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "sequence_parallel",
+    "gradient_accumulation_fusion",
+    "bias_activation_fusion",
+    "bias_dropout_fusion",
+    "masked_softmax_fusion",
+    "apply_rope_fusion",
+    "persist_layer_norm",
+    "cross_entropy_loss_fusion",
+    "attention_softmax_in_fp32",
+    "apply_query_key_layer_scaling",
+    "apply_residual_connection_post_layernorm",
+    "fp32_residual_connection",
+    "softmax_scale",
+    "qk_layernorm",
+    "qk_l2_norm",
+    "rotary_interleaved",
+    "transformer_impl",
+    "deterministic_mode",
+    "is_hybrid_model",
+    "calculate_per_token_loss",
 )
 MLA_FIELDS: tuple[str, ...] = (
-    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-    "v_head_dim", "rope_type", "rotary_base", "rotary_percent", "rotary_scaling_factor",
-    "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "rope_type",
+    "rotary_base",
+    "rotary_percent",
+    "rotary_scaling_factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
     "cache_mla_latents",
 )
 
@@ -45,8 +92,9 @@ def _normal(std: float) -> Any:
     return partial(torch.nn.init.normal_, mean=0.0, std=std)
 
 
-def megatron_kwargs(m: ModelConfig, *, tp: int = 1, cp: int = 1,
-                    params_dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def megatron_kwargs(
+    m: ModelConfig, *, tp: int = 1, cp: int = 1, params_dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
     """Every megatron config field our model depends on, from our config."""
     num_sublayers = 2 * m.num_blocks
     out_std = m.init_std / math.sqrt(num_sublayers) if m.init_scaled_output else m.init_std
@@ -102,6 +150,8 @@ def megatron_kwargs(m: ModelConfig, *, tp: int = 1, cp: int = 1,
         "deterministic_mode": False,
         "is_hybrid_model": True,
         "calculate_per_token_loss": False,
+        "cuda_graph_impl": "none",
+        "cuda_graph_scope": [],  # megatron's default "full" is deprecated and warns
     }
     if m.mla is not None:
         a = m.mla
@@ -117,8 +167,9 @@ def megatron_kwargs(m: ModelConfig, *, tp: int = 1, cp: int = 1,
             "rotary_base": a.rope_base,
             "rotary_percent": 1.0,
             "rotary_scaling_factor": yarn.factor if yarn else 1.0,
-            "original_max_position_embeddings": (yarn.original_max_position_embeddings if yarn
-                                                 else m.max_position_embeddings),
+            "original_max_position_embeddings": (
+                yarn.original_max_position_embeddings if yarn else m.max_position_embeddings
+            ),
             "beta_fast": yarn.beta_fast if yarn else 32.0,
             "beta_slow": yarn.beta_slow if yarn else 1.0,
             "mscale": yarn.mscale if yarn else 1.0,

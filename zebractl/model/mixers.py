@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zebractl.layout import gdn_in_proj_rows, kda_in_proj_rows, mamba2_in_proj_rows
 from zebractl.model import ops
 from zebractl.model.layers import GatedNorm
 from zebractl.model.ops import KernelOptions
@@ -40,10 +41,13 @@ class KDAMixer(nn.Module):
         d = m.linear_attention_dims("kda")
         self.d = d
         h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
-        self.split = [d.key_dim, d.key_dim, d.value_dim, d.head_v_dim, d.head_v_dim, d.num_v_heads]
+        self.split = kda_in_proj_rows(m)
         self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
-        self.conv1d = (nn.Conv1d(conv_dim, conv_dim, m.kda.conv_size, groups=conv_dim, bias=False)
-                       if m.kda.use_short_conv else None)
+        self.conv1d = (
+            nn.Conv1d(conv_dim, conv_dim, m.kda.conv_size, groups=conv_dim, bias=False)
+            if m.kda.use_short_conv
+            else None
+        )
         self.f_b_proj = nn.Linear(d.head_v_dim, d.num_v_heads * d.head_k_dim, bias=False)
         self.g_b_proj = nn.Linear(d.head_v_dim, d.value_dim, bias=True)
         self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
@@ -57,15 +61,24 @@ class KDAMixer(nn.Module):
         q, k, v, f_a, g_a, beta = self.in_proj(x).split(self.split, dim=-1)
         if self.conv1d is not None:
             q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
-                [d.key_dim, d.key_dim, d.value_dim], dim=-1)
+                [d.key_dim, d.key_dim, d.value_dim], dim=-1
+            )
         else:
             q, k, v = F.silu(q), F.silu(k), F.silu(v)
         f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
-        o = ops.kda(self.opts, q.view(b, t, d.num_heads, d.head_k_dim),
-                    k.view(b, t, d.num_heads, d.head_k_dim),
-                    v.view(b, t, d.num_v_heads, d.head_v_dim), f, beta, self.A_log, self.dt_bias,
-                    allow_neg_eigval=self.cfg.allow_neg_eigval, safe_gate=self.cfg.safe_gate,
-                    lower_bound=self.cfg.lower_bound)
+        o = ops.kda(
+            self.opts,
+            q.view(b, t, d.num_heads, d.head_k_dim),
+            k.view(b, t, d.num_heads, d.head_k_dim),
+            v.view(b, t, d.num_v_heads, d.head_v_dim),
+            f,
+            beta,
+            self.A_log,
+            self.dt_bias,
+            allow_neg_eigval=self.cfg.allow_neg_eigval,
+            safe_gate=self.cfg.safe_gate,
+            lower_bound=self.cfg.lower_bound,
+        )
         gate = self.g_b_proj(g_a).view(b, t, d.num_v_heads, d.head_v_dim)
         o = self.out_norm(o, gate)
         return self.out_proj(o.reshape(b, t, d.value_dim))
@@ -81,11 +94,13 @@ class GDNMixer(nn.Module):
         d = m.linear_attention_dims("gdn")
         self.d = d
         h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
-        gate = d.value_dim if m.gdn.use_gate else 0
-        self.split = [d.key_dim, d.key_dim, d.value_dim, gate, d.num_v_heads, d.num_v_heads]
+        self.split = gdn_in_proj_rows(m)
         self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
-        self.conv1d = (nn.Conv1d(conv_dim, conv_dim, m.gdn.conv_size, groups=conv_dim, bias=False)
-                       if m.gdn.use_short_conv else None)
+        self.conv1d = (
+            nn.Conv1d(conv_dim, conv_dim, m.gdn.conv_size, groups=conv_dim, bias=False)
+            if m.gdn.use_short_conv
+            else None
+        )
         self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
         self.dt_bias = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
         self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
@@ -97,13 +112,21 @@ class GDNMixer(nn.Module):
         q, k, v, z, beta, alpha = self.in_proj(x).split(self.split, dim=-1)
         if self.conv1d is not None:
             q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
-                [d.key_dim, d.key_dim, d.value_dim], dim=-1)
+                [d.key_dim, d.key_dim, d.value_dim], dim=-1
+            )
         else:
             q, k, v = F.silu(q), F.silu(k), F.silu(v)
-        o = ops.gdn(self.opts, q.view(b, t, d.num_heads, d.head_k_dim),
-                    k.view(b, t, d.num_heads, d.head_k_dim),
-                    v.view(b, t, d.num_v_heads, d.head_v_dim), alpha, beta, self.A_log,
-                    self.dt_bias, allow_neg_eigval=self.cfg.allow_neg_eigval)
+        o = ops.gdn(
+            self.opts,
+            q.view(b, t, d.num_heads, d.head_k_dim),
+            k.view(b, t, d.num_heads, d.head_k_dim),
+            v.view(b, t, d.num_v_heads, d.head_v_dim),
+            alpha,
+            beta,
+            self.A_log,
+            self.dt_bias,
+            allow_neg_eigval=self.cfg.allow_neg_eigval,
+        )
         gate = z.view(b, t, d.num_v_heads, d.head_v_dim) if self.cfg.use_gate else None
         o = self.out_norm(o, gate)
         return self.out_proj(o.reshape(b, t, d.value_dim))
@@ -120,10 +143,11 @@ class Mamba2Mixer(nn.Module):
         self.d_inner, self.nheads = dims.d_inner, dims.num_heads
         self.gn = mb.num_groups * mb.state_dim
         conv_dim = self.d_inner + 2 * self.gn
-        self.split = [self.d_inner, self.d_inner, self.gn, self.gn, self.nheads]
+        self.split = mamba2_in_proj_rows(m)
         self.in_proj = nn.Linear(m.hidden_size, sum(self.split), bias=m.linear_bias)
-        self.conv1d = nn.Conv1d(conv_dim, conv_dim, mb.conv_size, groups=conv_dim,
-                                bias=mb.conv_bias)
+        self.conv1d = nn.Conv1d(
+            conv_dim, conv_dim, mb.conv_size, groups=conv_dim, bias=mb.conv_bias
+        )
         self.A_log = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))
         self.D = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))
         self.dt_bias = nn.Parameter(torch.empty(self.nheads, dtype=torch.float32))

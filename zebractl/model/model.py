@@ -25,6 +25,7 @@ from zebractl.model.layers import (
     Norm,
     SwiGLUMLP,
     norm_factory,
+    tp_group,
 )
 from zebractl.model.mixers import MIXERS
 from zebractl.model.ops import KernelOptions
@@ -40,7 +41,7 @@ class _Embedding(MegatronModule):
         super().__init__(config=config)
         self.word_embeddings = VocabParallelEmbedding(
             vocab_size, config.hidden_size, init_method=config.embedding_init_method,
-            config=config)
+            config=config, tp_group=tp_group())
 
     def forward(self, input_ids: Tensor) -> Tensor:
         x = self.word_embeddings(input_ids)
@@ -85,9 +86,16 @@ class ZebraModel(LanguageModule):
         self.embedding = _Embedding(config, self.vocab_size)
         self.decoder = ZebraStack(m, config, opts)
         self.output_layer = ColumnParallelLinear(
-            m.hidden_size, self.vocab_size, config=config, init_method=config.init_method,
-            bias=False, skip_bias_add=False, gather_output=False,
-            skip_weight_param_allocation=m.tie_embeddings)
+            m.hidden_size,
+            self.vocab_size,
+            config=config,
+            init_method=config.init_method,
+            bias=False,
+            skip_bias_add=False,
+            gather_output=False,
+            skip_weight_param_allocation=m.tie_embeddings,
+            tp_group=tp_group(),
+        )
         self.setup_embeddings_and_output_layer()
 
     @property
@@ -101,8 +109,9 @@ class ZebraModel(LanguageModule):
         """Final-norm hidden states ``[B, T, H]``."""
         return self.decoder(self.embedding(input_ids))
 
-    def forward(self, input_ids: Tensor, labels: Tensor | None = None,
-                loss_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(
+        self, input_ids: Tensor, labels: Tensor | None = None, loss_mask: Tensor | None = None
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits ``[B, T, V]`` (fp32) without labels; with labels ``(loss_sum, num_tokens)``."""
         h = self.hidden_states(input_ids)
         w = self.lm_head_weight
@@ -114,9 +123,15 @@ class ZebraModel(LanguageModule):
         return ops.lm_loss(self.opts, h, w, labels), tokens
 
 
-def build_model(m: ModelConfig, *, kernels: object | None = None, device: str | torch.device = "cpu",
-                seed: int = 1234, params_dtype: torch.dtype = torch.float32,
-                tp: int = 1) -> ZebraModel:
+def build_model(
+    m: ModelConfig,
+    *,
+    kernels: object | None = None,
+    device: str | torch.device = "cpu",
+    seed: int = 1234,
+    params_dtype: torch.dtype = torch.float32,
+    tp: int = 1,
+) -> ZebraModel:
     """Build and initialise a model on ``device`` (``"meta"`` allocates nothing).
 
     ``kernels`` is a recipe's KernelsConfig (None = defaults with backend auto).
@@ -126,8 +141,10 @@ def build_model(m: ModelConfig, *, kernels: object | None = None, device: str | 
     from zebractl.runtime import dist, megatron_compat
 
     if tp != 1:
-        raise NotImplementedError("tensor parallelism is not supported yet (recurrent mixers are "
-                                  "tp=1 only); use data parallelism")
+        raise NotImplementedError(
+            "tensor parallelism is not supported yet (recurrent mixers are "
+            "tp=1 only); use data parallelism"
+        )
     megatron_compat.apply()
     dist.ensure_initialized(tp=tp)
     opts = kernel_options(kernels, device)

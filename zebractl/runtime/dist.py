@@ -27,5 +27,5 @@ def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-            context_parallel_size=cp)
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
+        )

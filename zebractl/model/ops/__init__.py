@@ -49,8 +49,10 @@ def resolve_backend(requested: str, device: torch.device | str | None = None) ->
         return "torch"
     if requested == "fla":
         if not cuda:
-            raise RuntimeError("kernels.backend is 'fla' but FLA's Triton kernels need a CUDA "
-                               "device; use kernels.backend=torch (or auto) on CPU")
+            raise RuntimeError(
+                "kernels.backend is 'fla' but FLA's Triton kernels need a CUDA "
+                "device; use kernels.backend=torch (or auto) on CPU"
+            )
         return "fla"
     if cuda:
         try:
@@ -66,9 +68,20 @@ def _beta(beta_raw: Tensor, allow_neg_eigval: bool) -> Tensor:
     return b * 2 if allow_neg_eigval else b
 
 
-def kda(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, f: Tensor, beta_raw: Tensor,
-        a_log: Tensor, dt_bias: Tensor, *, allow_neg_eigval: bool = False,
-        safe_gate: bool = False, lower_bound: float | None = None) -> Tensor:
+def kda(
+    opts: KernelOptions,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    f: Tensor,
+    beta_raw: Tensor,
+    a_log: Tensor,
+    dt_bias: Tensor,
+    *,
+    allow_neg_eigval: bool = False,
+    safe_gate: bool = False,
+    lower_bound: float | None = None,
+) -> Tensor:
     """Kimi Delta Attention on raw projections: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``,
     f (decay logits) ``[B,T,HV,K]``, beta_raw ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
     if opts.backend == "fla":
@@ -84,9 +97,19 @@ def kda(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, f: Tensor, beta_ra
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, _ = chunk_kda(q, k, v, g, beta_raw, use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
-                         use_beta_sigmoid_in_kernel=True, allow_neg_eigval=allow_neg_eigval,
-                         safe_gate=safe_gate, lower_bound=lower_bound, **kwargs)
+        o, _ = chunk_kda(
+            q,
+            k,
+            v,
+            g,
+            beta_raw,
+            use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+            use_beta_sigmoid_in_kernel=True,
+            allow_neg_eigval=allow_neg_eigval,
+            safe_gate=safe_gate,
+            lower_bound=lower_bound,
+            **kwargs,
+        )
         return o
     g = _kda_gate(f, a_log, dt_bias, lower_bound)
     o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
@@ -101,8 +124,18 @@ def _kda_gate(f: Tensor, a_log: Tensor, dt_bias: Tensor, lower_bound: float | No
     return lower_bound * torch.sigmoid(x)
 
 
-def gdn(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, a: Tensor, beta_raw: Tensor,
-        a_log: Tensor, dt_bias: Tensor, *, allow_neg_eigval: bool = False) -> Tensor:
+def gdn(
+    opts: KernelOptions,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    beta_raw: Tensor,
+    a_log: Tensor,
+    dt_bias: Tensor,
+    *,
+    allow_neg_eigval: bool = False,
+) -> Tensor:
     """Gated DeltaNet on raw projections: a (decay logits) ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
     if opts.backend == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -117,10 +150,17 @@ def gdn(opts: KernelOptions, q: Tensor, k: Tensor, v: Tensor, a: Tensor, beta_ra
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, _ = chunk_gated_delta_rule(q, k, v, g, beta_raw,
-                                      use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
-                                      use_beta_sigmoid_in_kernel=True,
-                                      allow_neg_eigval=allow_neg_eigval, **kwargs)
+        o, _ = chunk_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta_raw,
+            use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+            use_beta_sigmoid_in_kernel=True,
+            allow_neg_eigval=allow_neg_eigval,
+            **kwargs,
+        )
         return o
     g = T.gdn_gate(a, a_log, dt_bias)
     o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
@@ -162,8 +202,9 @@ def rms_norm(opts: KernelOptions, x: Tensor, weight: Tensor, eps: float) -> Tens
     return T.rms_norm(x, weight, eps)
 
 
-def gated_rms_norm(opts: KernelOptions, x: Tensor, gate: Tensor, weight: Tensor, eps: float,
-                   activation: str) -> Tensor:
+def gated_rms_norm(
+    opts: KernelOptions, x: Tensor, gate: Tensor, weight: Tensor, eps: float, activation: str
+) -> Tensor:
     """``RMSNorm(x) * w * act(gate)`` (FLA FusedRMSNormGated when enabled)."""
     if opts.fla(opts.fused_gated_norm):
         from fla.modules.norm.fused_norm_gate import rms_norm_gated
@@ -181,8 +222,9 @@ def swiglu(opts: KernelOptions, gate: Tensor, up: Tensor) -> Tensor:
     return T.swiglu(gate, up)
 
 
-def lm_loss(opts: KernelOptions, hidden: Tensor, weight: Tensor, labels: Tensor,
-            ignore_index: int = -100) -> Tensor:
+def lm_loss(
+    opts: KernelOptions, hidden: Tensor, weight: Tensor, labels: Tensor, ignore_index: int = -100
+) -> Tensor:
     """Sum of token cross-entropies of ``hidden @ weight.T`` against labels (ignored: -100), fp32.
 
     With the FLA fused kernel the ``[tokens x vocab]`` logits are never materialised.
@@ -192,7 +234,13 @@ def lm_loss(opts: KernelOptions, hidden: Tensor, weight: Tensor, labels: Tensor,
     if opts.fla(opts.fused_linear_cross_entropy):
         from fla.modules.fused_linear_cross_entropy.ops import fused_linear_cross_entropy_loss
 
-        return fused_linear_cross_entropy_loss(h, y, weight, num_chunks=opts.fused_ce_chunks,
-                                               reduction="sum", ignore_index=ignore_index).float()
+        return fused_linear_cross_entropy_loss(
+            h,
+            y,
+            weight,
+            num_chunks=opts.fused_ce_chunks,
+            reduction="sum",
+            ignore_index=ignore_index,
+        ).float()
     logits = F.linear(h, weight).float()
     return F.cross_entropy(logits, y, ignore_index=ignore_index, reduction="sum")

@@ -51,9 +51,16 @@ def _expand_heads(x: Tensor, hv: int) -> Tensor:
     return x if x.shape[2] == hv else x.repeat_interleave(hv // x.shape[2], dim=2)
 
 
-def recurrent_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
-                         scale: float | None = None, initial_state: Tensor | None = None,
-                         output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
+def recurrent_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     """Step-by-step gated delta rule (the reference the chunked form is tested against).
 
     q, k ``[B,T,H,K]``; v ``[B,T,HV,V]``; g ``[B,T,HV,K]`` (per-channel, KDA) or ``[B,T,HV]``
@@ -88,10 +95,17 @@ def _chunks(x: Tensor, t_pad: int, c: int) -> Tensor:
     return x.reshape(b, t_pad // c, c, h, *x.shape[3:]).transpose(1, 3).transpose(2, 3)
 
 
-def chunk_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
-                     scale: float | None = None, initial_state: Tensor | None = None,
-                     output_final_state: bool = False,
-                     chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+def chunk_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor | None]:
     """Chunked gated delta rule (WY/UT form); same arguments and result as the recurrent form.
 
     Padding steps at the end carry beta = 0 and g = 0, so they change neither the state nor the outputs
@@ -142,15 +156,24 @@ def chunk_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
         delta = u - w @ s
         outs.append((qn * g_n.exp()) @ s + qk @ delta)
         g_last = g_n[..., -1:, :]  # [B,HV,1,K or 1]
-        s = s * g_last.transpose(-1, -2).exp() + (kn * (g_last - g_n).exp()).transpose(-1, -2) @ delta
+        s = (
+            s * g_last.transpose(-1, -2).exp()
+            + (kn * (g_last - g_n).exp()).transpose(-1, -2) @ delta
+        )
     o = torch.stack(outs, dim=2)  # [B,HV,N,C,V]
     o = o.reshape(b, hv, t_pad, dv).transpose(1, 2)[:, :t].to(v.dtype)
     return o, (s if output_final_state else None)
 
 
-def recurrent_scalar_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float = 1.0,
-                         initial_state: Tensor | None = None,
-                         output_final_state: bool = False) -> tuple[Tensor, Tensor | None]:
+def recurrent_scalar_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float = 1.0,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     """Step-by-step scalar-decay linear attention: ``S = exp(g_t) S + k_t v_t^T; o_t = scale q_t^T S``.
 
     This is Mamba2's SSD with q = C, k = dt * B, v = x, g = dt * A. Shapes: q, k ``[B,T,H,K]``,
@@ -169,9 +192,16 @@ def recurrent_scalar_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: floa
     return torch.stack(out, 1).to(v.dtype), (s if output_final_state else None)
 
 
-def chunk_scalar_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float = 1.0,
-                     initial_state: Tensor | None = None, output_final_state: bool = False,
-                     chunk_size: int = 64) -> tuple[Tensor, Tensor | None]:
+def chunk_scalar_gla(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    scale: float = 1.0,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor | None]:
     """Chunked form of :func:`recurrent_scalar_gla` (FLA's simple_gla algorithm)."""
     b, t, h, dk = q.shape
     dv = v.shape[-1]
@@ -191,17 +221,22 @@ def chunk_scalar_gla(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float = 
         decay = (gn[..., :, None] - gn[..., None, :]).masked_fill(~incl, float("-inf")).exp()
         outs.append((qn * gn[..., None].exp()) @ s + ((qn @ kn.transpose(-1, -2)) * decay) @ vn)
         g_last = gn[..., -1:]  # [B,H,1]
-        s = s * g_last[..., None].exp() + (kn * (g_last - gn)[..., None].exp()).transpose(-1, -2) @ vn
+        s = (
+            s * g_last[..., None].exp()
+            + (kn * (g_last - gn)[..., None].exp()).transpose(-1, -2) @ vn
+        )
     o = torch.stack(outs, dim=2).reshape(b, h, t_pad, dv).transpose(1, 2)[:, :t].to(v.dtype)
     return o, (s if output_final_state else None)
 
 
-def causal_conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None,
-                  activation: str | None = "silu") -> Tensor:
+def causal_conv1d(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, activation: str | None = "silu"
+) -> Tensor:
     """Depthwise causal convolution over time: x ``[B,T,D]``, weight ``[D,W]`` -> ``[B,T,D]``."""
     width = weight.shape[-1]
-    y = F.conv1d(x.transpose(1, 2), weight.unsqueeze(1), bias, padding=width - 1,
-                 groups=x.shape[-1])[..., : x.shape[1]]
+    y = F.conv1d(
+        x.transpose(1, 2), weight.unsqueeze(1), bias, padding=width - 1, groups=x.shape[-1]
+    )[..., : x.shape[1]]
     if activation in ("silu", "swish"):
         y = F.silu(y)
     return y.transpose(1, 2)

@@ -1,0 +1,209 @@
+"""Declarative weight mapping between zebractl's (Megatron/Primus) layout and FLA's HF classes.
+
+One table per architecture family; one strict engine for both directions. Names use ``{mixer}`` for
+our mixer sublayer index (2i), ``{mlp}`` for our MLP sublayer (2i + 1) and ``{i}`` for FLA's block i.
+Each source tensor is consumed exactly once and each target produced exactly once; anything else is an
+error listing the offenders. Embedding rows beyond the tokenizer vocabulary (padding) are dropped on
+export and zero-filled on import.
+
+FLA classes: ``KDAForCausalLM`` (pure KDA) and ``GatedDeltaNetForCausalLM`` (pure GDN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from zebractl.layout import conv_channels, gdn_in_proj_rows, kda_in_proj_rows
+from zebractl.schemas.preset import ModelConfig
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Rename:
+    """Same tensor, another name."""
+
+    ours: str
+    theirs: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """Our fused tensor = FLA's tensors concatenated along dim 0, in order (empty parts skipped)."""
+
+    ours: str
+    theirs: tuple[str, ...]
+    sizes: Callable[[ModelConfig], list[int]]
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """An embedding-shaped tensor: FLA keeps vocab_size rows, we keep the padded count."""
+
+    ours: str
+    theirs: str
+
+
+Entry = Rename | Split | Vocab
+
+_MLP: tuple[Entry, ...] = (
+    Rename("decoder.layers.{mlp}.pre_mlp_layernorm.weight", "model.layers.{i}.mlp_norm.weight"),
+    Split("decoder.layers.{mlp}.mlp.linear_fc1.weight",
+          ("model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight"),
+          lambda m: [m.ffn_hidden_size, m.ffn_hidden_size]),
+    Rename("decoder.layers.{mlp}.mlp.linear_fc2.weight", "model.layers.{i}.mlp.down_proj.weight"),
+)
+_CONV = "decoder.layers.{mixer}.mixer.conv1d.weight"
+_A = "model.layers.{i}.attn."
+
+KDA_BLOCK: tuple[Entry, ...] = (
+    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
+    Split("decoder.layers.{mixer}.mixer.in_proj.weight",
+          tuple(_A + n for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                 "f_proj.0.weight", "g_proj.0.weight", "b_proj.weight")),
+          kda_in_proj_rows),
+    Split(_CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"),
+          lambda m: conv_channels(m, "kda")),
+    Rename("decoder.layers.{mixer}.mixer.f_b_proj.weight", _A + "f_proj.1.weight"),
+    Rename("decoder.layers.{mixer}.mixer.g_b_proj.weight", _A + "g_proj.1.weight"),
+    Rename("decoder.layers.{mixer}.mixer.g_b_proj.bias", _A + "g_proj.1.bias"),
+    Rename("decoder.layers.{mixer}.mixer.A_log", _A + "A_log"),
+    Rename("decoder.layers.{mixer}.mixer.dt_bias", _A + "dt_bias"),
+    Rename("decoder.layers.{mixer}.mixer.out_norm.weight", _A + "o_norm.weight"),
+    Rename("decoder.layers.{mixer}.mixer.out_proj.weight", _A + "o_proj.weight"),
+    *_MLP,
+)
+
+GDN_BLOCK: tuple[Entry, ...] = (
+    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
+    Split("decoder.layers.{mixer}.mixer.in_proj.weight",
+          tuple(_A + n for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                 "g_proj.weight", "b_proj.weight", "a_proj.weight")),
+          gdn_in_proj_rows),
+    Split(_CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"),
+          lambda m: conv_channels(m, "gdn")),
+    Rename("decoder.layers.{mixer}.mixer.A_log", _A + "A_log"),
+    Rename("decoder.layers.{mixer}.mixer.dt_bias", _A + "dt_bias"),
+    Rename("decoder.layers.{mixer}.mixer.out_norm.weight", _A + "o_norm.weight"),
+    Rename("decoder.layers.{mixer}.mixer.out_proj.weight", _A + "o_proj.weight"),
+    *_MLP,
+)
+
+GLOBAL: tuple[Entry, ...] = (
+    Vocab("embedding.word_embeddings.weight", "model.embeddings.weight"),
+    Rename("decoder.final_norm.weight", "model.norm.weight"),
+)
+UNTIED: tuple[Entry, ...] = (Vocab("output_layer.weight", "lm_head.weight"),)
+
+FAMILIES = {"kda": KDA_BLOCK, "gdn": GDN_BLOCK}
+
+
+class MappingError(ValueError):
+    """The state dict does not match the mapping (missing, unexpected or misshapen tensors)."""
+
+
+def family(m: ModelConfig) -> str:
+    """The FLA family of a pure model, or an error for layouts FLA has no class for."""
+    kinds = set(m.blocks)
+    if len(kinds) == 1 and next(iter(kinds)) in FAMILIES:
+        return next(iter(kinds))
+    raise MappingError(f"no FLA model class for blocks {sorted(kinds)}: FLA conversion supports "
+                       "pure KDA and pure GDN models")
+
+
+def _entries(m: ModelConfig) -> list[tuple[Entry, dict[str, int]]]:
+    block = FAMILIES[family(m)]
+    out: list[tuple[Entry, dict[str, int]]] = [(e, {}) for e in GLOBAL]
+    if not m.tie_embeddings:
+        out += [(e, {}) for e in UNTIED]
+    for i in range(m.num_blocks):
+        out += [(e, {"i": i, "mixer": 2 * i, "mlp": 2 * i + 1}) for e in block]
+    # conv entries exist only with the short convolution
+    conv = getattr(m, family(m)).use_short_conv
+    return [(e, ix) for e, ix in out if conv or e.ours != _CONV]
+
+
+def _take(sd: dict[str, Tensor], key: str, used: set[str]) -> Tensor:
+    if key not in sd:
+        raise MappingError(f"missing tensor {key}")
+    used.add(key)
+    return sd[key]
+
+
+def _check_consumed(sd: dict[str, Any], used: set[str], side: str) -> None:
+    extra = sorted(set(sd) - used)
+    if extra:
+        raise MappingError(f"{side} tensors not covered by the mapping: {extra}")
+
+
+def to_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
+    """Our state dict (``_extra_state`` entries ignored) -> FLA HF state dict."""
+    sd = {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
+    out: dict[str, Tensor] = {}
+    used: set[str] = set()
+    for e, ix in _entries(m):
+        ours = e.ours.format(**ix)
+        t = _take(sd, ours, used)
+        if isinstance(e, Rename):
+            out[e.theirs.format(**ix)] = t
+        elif isinstance(e, Vocab):
+            out[e.theirs.format(**ix)] = t[: m.vocab_size]
+        else:
+            sizes = e.sizes(m)
+            if sum(sizes) != t.shape[0]:
+                raise MappingError(f"{ours}: {t.shape[0]} rows, expected {sum(sizes)} = {sizes}")
+            for name, part in zip(e.theirs, t.split(sizes, dim=0), strict=True):
+                if part.shape[0]:
+                    out[name.format(**ix)] = part
+    _check_consumed(sd, used, "zebractl")
+    return out
+
+
+def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
+    """FLA HF state dict -> our state dict (tied ``lm_head.weight`` ignored when present)."""
+    if m.tie_embeddings:
+        sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    out: dict[str, Tensor] = {}
+    used: set[str] = set()
+    for e, ix in _entries(m):
+        ours = e.ours.format(**ix)
+        if isinstance(e, Rename):
+            out[ours] = _take(sd, e.theirs.format(**ix), used)
+        elif isinstance(e, Vocab):
+            t = _take(sd, e.theirs.format(**ix), used)
+            pad = m.padded_vocab_size - t.shape[0]
+            out[ours] = torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
+        else:
+            parts = [_take(sd, n.format(**ix), used) for n, s in zip(e.theirs, e.sizes(m),
+                                                                     strict=True) if s]
+            out[ours] = torch.cat(parts, dim=0)
+    _check_consumed(sd, used, "FLA")
+    return out
+
+
+def fla_config(m: ModelConfig) -> dict[str, Any]:
+    """The FLA config (``KDAConfig`` / ``GatedDeltaNetConfig`` kwargs) of a pure KDA/GDN model."""
+    fam = family(m)
+    block = getattr(m, fam)
+    d = m.linear_attention_dims(fam)  # type: ignore[arg-type]
+    cfg: dict[str, Any] = {
+        "hidden_size": m.hidden_size, "num_hidden_layers": m.num_blocks,
+        "num_heads": d.num_heads, "head_dim": d.head_k_dim, "num_v_heads": d.num_v_heads,
+        "expand_v": d.head_v_dim / d.head_k_dim, "use_short_conv": block.use_short_conv,
+        "conv_size": block.conv_size, "allow_neg_eigval": block.allow_neg_eigval,
+        "intermediate_size": m.ffn_hidden_size, "hidden_act": "swish", "norm_eps": m.norm.eps,
+        "vocab_size": m.vocab_size, "tie_word_embeddings": m.tie_embeddings,
+        "initializer_range": m.init_std, "max_position_embeddings": m.max_position_embeddings,
+        # fused kernels off: the converted checkpoint loads and evaluates anywhere
+        "fuse_norm": False, "fuse_swiglu": False, "fuse_cross_entropy": False,
+    }
+    if fam == "kda":
+        cfg |= {"safe_gate": block.safe_gate, "lower_bound": block.lower_bound}
+    else:
+        cfg |= {"use_gate": block.use_gate, "output_gate_activation": block.gate_activation,
+                "fuse_linear_cross_entropy": False}
+    return cfg
