@@ -101,7 +101,7 @@ def kda_shapes(m: ModelConfig) -> Shapes:
     s |= _linear(m, "mixer.g_b_proj", d.value_dim, d.head_v_dim, bias=True)
     s["mixer.A_log"] = (d.num_v_heads,)
     s["mixer.dt_bias"] = (d.num_v_heads * d.head_k_dim,)
-    s |= _norm(m, "mixer.out_norm", d.head_v_dim)
+    s["mixer.out_norm.weight"] = (d.head_v_dim,)  # gated RMSNorm by design
     s |= _linear(m, "mixer.out_proj", h, d.value_dim)
     return s
 
@@ -117,7 +117,7 @@ def gdn_shapes(m: ModelConfig) -> Shapes:
         s["mixer.conv1d.weight"] = (conv_dim, 1, m.gdn.conv_size)
     s["mixer.A_log"] = (d.num_v_heads,)
     s["mixer.dt_bias"] = (d.num_v_heads,)
-    s |= _norm(m, "mixer.out_norm", d.head_v_dim)
+    s["mixer.out_norm.weight"] = (d.head_v_dim,)  # gated RMSNorm by design
     s |= _linear(m, "mixer.out_proj", h, d.value_dim)
     return s
 
@@ -134,7 +134,7 @@ def mamba2_shapes(m: ModelConfig) -> Shapes:
     if mb.conv_bias:
         s["mixer.conv1d.bias"] = (conv_dim,)
     s |= {"mixer.A_log": (d.num_heads,), "mixer.D": (d.num_heads,), "mixer.dt_bias": (d.num_heads,)}
-    s |= _norm(m, "mixer.norm", d.d_inner)
+    s["mixer.norm.weight"] = (d.d_inner,)  # grouped gated RMSNorm by design
     s |= _linear(m, "mixer.out_proj", h, d.d_inner)
     return s
 
@@ -146,17 +146,18 @@ def mla_shapes(m: ModelConfig) -> Shapes:
     q_dim = a.num_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)
     p = "self_attention."
     s: Shapes = _norm(m, "input_layernorm", h)
+    # MLA's q and kv projections never carry a bias (megatron's MLA); linear_proj follows linear_bias
     if a.q_lora_rank is None:
-        s |= _linear(m, p + "linear_q_proj", q_dim, h)
+        s |= _linear(m, p + "linear_q_proj", q_dim, h, bias=False)
     else:
-        s |= _linear(m, p + "linear_q_down_proj", a.q_lora_rank, h)
+        s |= _linear(m, p + "linear_q_down_proj", a.q_lora_rank, h, bias=False)
         s |= _norm(m, p + "q_layernorm", a.q_lora_rank)
-        s |= _linear(m, p + "linear_q_up_proj", q_dim, a.q_lora_rank)
-    s |= _linear(m, p + "linear_kv_down_proj", a.kv_lora_rank + a.qk_pos_emb_head_dim, h)
+        s |= _linear(m, p + "linear_q_up_proj", q_dim, a.q_lora_rank, bias=False)
+    kv_down = a.kv_lora_rank + a.qk_pos_emb_head_dim
+    s |= _linear(m, p + "linear_kv_down_proj", kv_down, h, bias=False)
     s |= _norm(m, p + "kv_layernorm", a.kv_lora_rank)
-    s |= _linear(
-        m, p + "linear_kv_up_proj", a.num_heads * (a.qk_head_dim + a.v_head_dim), a.kv_lora_rank
-    )
+    kv_up = a.num_heads * (a.qk_head_dim + a.v_head_dim)
+    s |= _linear(m, p + "linear_kv_up_proj", kv_up, a.kv_lora_rank, bias=False)
     s |= _linear(m, p + "linear_proj", h, a.num_heads * a.v_head_dim)
     return s
 

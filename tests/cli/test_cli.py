@@ -47,8 +47,7 @@ def test_help_and_completion_import_nothing_heavy():
         "COMP_CWORD": "2",
     }
     assert _loaded([], env) == set()
-    # even a real config command needs no ML framework
-    assert not _loaded(["plan", "kda_300M", "--json"]) & set(HEAVY)
+    assert _loaded(["config", "show", "kda_300M", "--json"]) == set()
 
 
 def test_help_is_fast():

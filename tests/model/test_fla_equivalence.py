@@ -55,8 +55,9 @@ def fla_on_cpu(monkeypatch):
 
     def conv_forward(self, x, *args, **kw):
         w = self.weight
-        y = F.conv1d(x.transpose(1, 2), w, self.bias, padding=w.shape[-1] - 1,
-                     groups=x.shape[-1])[..., : x.shape[1]]
+        y = F.conv1d(x.transpose(1, 2), w, self.bias, padding=w.shape[-1] - 1, groups=x.shape[-1])[
+            ..., : x.shape[1]
+        ]
         return F.silu(y).transpose(1, 2), None
 
     def gated_norm_forward(self, x, g, *args, **kw):
@@ -90,8 +91,9 @@ def test_logits_match_fla(fla_on_cpu, preset, direction):
     if direction == "fla_to_ours":
         ours.load_state_dict(mapping.from_fla(theirs.state_dict(), m), strict=False)
     else:
-        missing, unexpected = theirs.load_state_dict(mapping.to_fla(ours.state_dict(), m),
-                                                     strict=False)
+        missing, unexpected = theirs.load_state_dict(
+            mapping.to_fla(ours.state_dict(), m), strict=False
+        )
         assert not unexpected and set(missing) <= {"lm_head.weight"}
     ours.eval()
     theirs.eval()

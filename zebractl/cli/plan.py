@@ -70,6 +70,9 @@ def _print(doc: dict[str, Any]) -> None:
         "output layer", "", "", "tied" if not p["output_layer"] else _n(p["output_layer"])
     )
     params.add_row("[bold]total[/bold]", "", "", f"[bold]{_n(p['total'])}[/bold]")
+    if p.get("built") is not None:
+        check = "equal" if p["built"] == p["total"] else "MISMATCH"
+        params.add_row("built model (meta)", "", "", f"{_n(p['built'])} ({check})")
     console.print(params)
     sub = doc["pattern"]["blocks"]
     console.print(

@@ -52,9 +52,11 @@ Entry = Rename | Split | Vocab
 
 _MLP: tuple[Entry, ...] = (
     Rename("decoder.layers.{mlp}.pre_mlp_layernorm.weight", "model.layers.{i}.mlp_norm.weight"),
-    Split("decoder.layers.{mlp}.mlp.linear_fc1.weight",
-          ("model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight"),
-          lambda m: [m.ffn_hidden_size, m.ffn_hidden_size]),
+    Split(
+        "decoder.layers.{mlp}.mlp.linear_fc1.weight",
+        ("model.layers.{i}.mlp.gate_proj.weight", "model.layers.{i}.mlp.up_proj.weight"),
+        lambda m: [m.ffn_hidden_size, m.ffn_hidden_size],
+    ),
     Rename("decoder.layers.{mlp}.mlp.linear_fc2.weight", "model.layers.{i}.mlp.down_proj.weight"),
 )
 _CONV = "decoder.layers.{mixer}.mixer.conv1d.weight"
@@ -62,12 +64,24 @@ _A = "model.layers.{i}.attn."
 
 KDA_BLOCK: tuple[Entry, ...] = (
     Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    Split("decoder.layers.{mixer}.mixer.in_proj.weight",
-          tuple(_A + n for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                 "f_proj.0.weight", "g_proj.0.weight", "b_proj.weight")),
-          kda_in_proj_rows),
-    Split(_CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"),
-          lambda m: conv_channels(m, "kda")),
+    Split(
+        "decoder.layers.{mixer}.mixer.in_proj.weight",
+        tuple(
+            _A + n
+            for n in (
+                "q_proj.weight",
+                "k_proj.weight",
+                "v_proj.weight",
+                "f_proj.0.weight",
+                "g_proj.0.weight",
+                "b_proj.weight",
+            )
+        ),
+        kda_in_proj_rows,
+    ),
+    Split(
+        _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, "kda")
+    ),
     Rename("decoder.layers.{mixer}.mixer.f_b_proj.weight", _A + "f_proj.1.weight"),
     Rename("decoder.layers.{mixer}.mixer.g_b_proj.weight", _A + "g_proj.1.weight"),
     Rename("decoder.layers.{mixer}.mixer.g_b_proj.bias", _A + "g_proj.1.bias"),
@@ -80,12 +94,24 @@ KDA_BLOCK: tuple[Entry, ...] = (
 
 GDN_BLOCK: tuple[Entry, ...] = (
     Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    Split("decoder.layers.{mixer}.mixer.in_proj.weight",
-          tuple(_A + n for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                 "g_proj.weight", "b_proj.weight", "a_proj.weight")),
-          gdn_in_proj_rows),
-    Split(_CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"),
-          lambda m: conv_channels(m, "gdn")),
+    Split(
+        "decoder.layers.{mixer}.mixer.in_proj.weight",
+        tuple(
+            _A + n
+            for n in (
+                "q_proj.weight",
+                "k_proj.weight",
+                "v_proj.weight",
+                "g_proj.weight",
+                "b_proj.weight",
+                "a_proj.weight",
+            )
+        ),
+        gdn_in_proj_rows,
+    ),
+    Split(
+        _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, "gdn")
+    ),
     Rename("decoder.layers.{mixer}.mixer.A_log", _A + "A_log"),
     Rename("decoder.layers.{mixer}.mixer.dt_bias", _A + "dt_bias"),
     Rename("decoder.layers.{mixer}.mixer.out_norm.weight", _A + "o_norm.weight"),
@@ -111,8 +137,10 @@ def family(m: ModelConfig) -> str:
     kinds = set(m.blocks)
     if len(kinds) == 1 and next(iter(kinds)) in FAMILIES:
         return next(iter(kinds))
-    raise MappingError(f"no FLA model class for blocks {sorted(kinds)}: FLA conversion supports "
-                       "pure KDA and pure GDN models")
+    raise MappingError(
+        f"no FLA model class for blocks {sorted(kinds)}: FLA conversion supports "
+        "pure KDA and pure GDN models"
+    )
 
 
 def _entries(m: ModelConfig) -> list[tuple[Entry, dict[str, int]]]:
@@ -178,8 +206,11 @@ def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
             pad = m.padded_vocab_size - t.shape[0]
             out[ours] = torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
         else:
-            parts = [_take(sd, n.format(**ix), used) for n, s in zip(e.theirs, e.sizes(m),
-                                                                     strict=True) if s]
+            parts = [
+                _take(sd, n.format(**ix), used)
+                for n, s in zip(e.theirs, e.sizes(m), strict=True)
+                if s
+            ]
             out[ours] = torch.cat(parts, dim=0)
     _check_consumed(sd, used, "FLA")
     return out
@@ -191,19 +222,33 @@ def fla_config(m: ModelConfig) -> dict[str, Any]:
     block = getattr(m, fam)
     d = m.linear_attention_dims(fam)  # type: ignore[arg-type]
     cfg: dict[str, Any] = {
-        "hidden_size": m.hidden_size, "num_hidden_layers": m.num_blocks,
-        "num_heads": d.num_heads, "head_dim": d.head_k_dim, "num_v_heads": d.num_v_heads,
-        "expand_v": d.head_v_dim / d.head_k_dim, "use_short_conv": block.use_short_conv,
-        "conv_size": block.conv_size, "allow_neg_eigval": block.allow_neg_eigval,
-        "intermediate_size": m.ffn_hidden_size, "hidden_act": "swish", "norm_eps": m.norm.eps,
-        "vocab_size": m.vocab_size, "tie_word_embeddings": m.tie_embeddings,
-        "initializer_range": m.init_std, "max_position_embeddings": m.max_position_embeddings,
+        "hidden_size": m.hidden_size,
+        "num_hidden_layers": m.num_blocks,
+        "num_heads": d.num_heads,
+        "head_dim": d.head_k_dim,
+        "num_v_heads": d.num_v_heads,
+        "expand_v": d.head_v_dim / d.head_k_dim,
+        "use_short_conv": block.use_short_conv,
+        "conv_size": block.conv_size,
+        "allow_neg_eigval": block.allow_neg_eigval,
+        "intermediate_size": m.ffn_hidden_size,
+        "hidden_act": "swish",
+        "norm_eps": m.norm.eps,
+        "vocab_size": m.vocab_size,
+        "tie_word_embeddings": m.tie_embeddings,
+        "initializer_range": m.init_std,
+        "max_position_embeddings": m.max_position_embeddings,
         # fused kernels off: the converted checkpoint loads and evaluates anywhere
-        "fuse_norm": False, "fuse_swiglu": False, "fuse_cross_entropy": False,
+        "fuse_norm": False,
+        "fuse_swiglu": False,
+        "fuse_cross_entropy": False,
     }
     if fam == "kda":
         cfg |= {"safe_gate": block.safe_gate, "lower_bound": block.lower_bound}
     else:
-        cfg |= {"use_gate": block.use_gate, "output_gate_activation": block.gate_activation,
-                "fuse_linear_cross_entropy": False}
+        cfg |= {
+            "use_gate": block.use_gate,
+            "output_gate_activation": block.gate_activation,
+            "fuse_linear_cross_entropy": False,
+        }
     return cfg

@@ -40,8 +40,12 @@ class _Embedding(MegatronModule):
     def __init__(self, config, vocab_size: int) -> None:
         super().__init__(config=config)
         self.word_embeddings = VocabParallelEmbedding(
-            vocab_size, config.hidden_size, init_method=config.embedding_init_method,
-            config=config, tp_group=tp_group())
+            vocab_size,
+            config.hidden_size,
+            init_method=config.embedding_init_method,
+            config=config,
+            tp_group=tp_group(),
+        )
 
     def forward(self, input_ids: Tensor) -> Tensor:
         x = self.word_embeddings(input_ids)

@@ -113,6 +113,17 @@ def memory_report(cfg: RunConfig, total_params: int) -> dict[str, Any]:
     }
 
 
+def built_parameter_count(m: ModelConfig) -> int | None:
+    """Parameters of the model actually built (meta device), or None without the runtime installed."""
+    try:
+        from zebractl.model.model import build_model
+    except ImportError:
+        return None
+
+    model = build_model(m, device="meta")
+    return sum(p.numel() for p in model.parameters())
+
+
 @dataclass(frozen=True)
 class Plan:
     """The plan of one resolved recipe."""
@@ -125,6 +136,7 @@ class Plan:
         cfg, m = self.cfg, self.cfg.model
         d = derive(cfg)
         params = parameter_report(m)
+        params["built"] = built_parameter_count(m)
         fl = flops_per_token(m, cfg.data.seq_length)
         return {
             "recipe": self.recipe,

@@ -27,7 +27,7 @@ class NormConfig(StrictModel):
     """Every norm of the model: block pre-norms, the final norm, gated output norms and MLA LoRA norms."""
 
     type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    """Normalization used everywhere in the model."""
+    """Pre-norms, final norm and MLA LoRA norms (mixers' gated output norms are RMSNorm by design)."""
     eps: float = Field(1e-6, gt=0)
     """Epsilon of every norm; passed explicitly to each one (never a framework default)."""
 
