@@ -152,11 +152,28 @@ def build_model(
     megatron_compat.apply()
     dist.ensure_initialized(tp=tp)
     opts = kernel_options(kernels, device)
-    config = transformer_config(m, tp=tp, params_dtype=params_dtype)
+    # Build and initialise in fp32 (identical values whatever the training dtype), then cast.
+    config = transformer_config(m, tp=tp, params_dtype=torch.float32)
     with torch.device(device):
         model = ZebraModel(m, config, opts)
     initialize(model, m, seed)
+    if params_dtype != torch.float32:
+        cast_parameters(model, params_dtype)
+        config.params_dtype, config.pipeline_dtype = params_dtype, params_dtype
+        config.bf16, config.fp16 = params_dtype == torch.bfloat16, params_dtype == torch.float16
     return model
+
+
+KEEP_FP32 = ("A_log", "dt_bias", "D")
+"""Recurrent decay parameters stay fp32 whatever the training dtype (as FLA keeps them): their
+exponentials set the state's memory, and bf16 would quantise them coarsely."""
+
+
+def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:
+    """Cast floating parameters to ``dtype``, except the :data:`KEEP_FP32` ones."""
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and name.rsplit(".", 1)[-1] not in KEEP_FP32:
+            p.data = p.data.to(dtype)
 
 
 def kernel_options(kernels: object | None, device: str | torch.device) -> KernelOptions:
