@@ -170,7 +170,7 @@ def step(preset: str, micro: int, seq: int, fla_reference: bool) -> None:
     if not fla_reference:
         return
     sd = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
-    del model
+    model = None  # free its memory before the reference model is built
     torch.cuda.empty_cache()
     import fla.models as fm
 

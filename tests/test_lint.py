@@ -12,14 +12,17 @@ RUFF = Path(sys.executable).with_name("ruff")
 
 def test_ruff_check():
     out = subprocess.run(
-        [str(RUFF), "check", "zebractl", "tests"], cwd=REPO, capture_output=True, text=True
+        [str(RUFF), "check", "zebractl", "tests", "benchmarks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_ruff_format():
     out = subprocess.run(
-        [str(RUFF), "format", "--check", "zebractl", "tests"],
+        [str(RUFF), "format", "--check", "zebractl", "tests", "benchmarks"],
         cwd=REPO,
         capture_output=True,
         text=True,
