@@ -55,7 +55,7 @@ wait)
   cp "$JOB/progress" "$OUT"/ 2>/dev/null
   tar czf "$OUT/logs.tgz" -C "$JOB" . 2>/dev/null
   # the Triton/FLA autotune cache, in parts under the 16 MiB per-file limit of what comes back
-  tar czf /tmp/triton_cache.tgz -C /tmp triton_cache && split -b 15M -d /tmp/triton_cache.tgz "$OUT/triton_cache.tgz.part"
+  tar czf /tmp/triton_cache.tgz -C /tmp triton_cache 2>/dev/null; split -b 15M -d /tmp/triton_cache.tgz "$OUT/triton_cache.tgz.part"
   ls -la "$OUT"
   ;;
 esac

@@ -176,8 +176,10 @@ def ssd(opts: KernelOptions, c: Tensor, b: Tensor, x: Tensor, g: Tensor) -> Tens
     if opts.backend == "fla":
         from fla.ops.simple_gla import chunk_simple_gla
 
-        o, _ = chunk_simple_gla(c, b, x, g=g, scale=1.0)
-        return o
+        # fp32 operands: FLA keeps simple_gla's backward states in fp32, and on Hopper with Triton
+        # < 3.7.1 the gated backward must run on the TileLang backend, which needs q and h in one dtype.
+        o, _ = chunk_simple_gla(c.float(), b.float(), x.float(), g=g.float(), scale=1.0)
+        return o.to(x.dtype)
     o, _ = T.chunk_scalar_gla(c, b, x, g, scale=1.0)
     return o
 
