@@ -155,3 +155,12 @@ def test_plan_every_kind_of_model(cli, name):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["parameters"]["total"] > 0 and doc["flops"]["per_token_training"] > 0
+
+
+@pytest.mark.parametrize(
+    "recipe", ["kda_300M", "gdn_300M", "zebra_mamba_300M_hybrid", "tiny_hybrid"]
+)
+def test_plan_reports_the_built_model_count(cli, recipe):
+    pytest.importorskip("megatron.core")
+    doc = json.loads(cli("plan", recipe, "--json").stdout)
+    assert doc["parameters"]["built"] == doc["parameters"]["total"]

@@ -1,0 +1,1 @@
+"""Checkpoint conversion between zebractl (Megatron layout) and Hugging Face / FLA formats."""
