@@ -13,6 +13,7 @@ from zebractl.cli import catalog as _catalog
 from zebractl.cli import config as _config
 from zebractl.cli import pending as _pending
 from zebractl.cli import plan as _plan
+from zebractl.cli import prepare as _prepare
 from zebractl.cli import schema as _schema
 from zebractl.cli._common import state
 
@@ -54,5 +55,6 @@ app.add_typer(_config.app, name="config")
 app.command("presets", epilog=EPILOG)(_catalog.presets)
 app.command("recipes", epilog=EPILOG)(_catalog.recipes)
 app.command("plan", epilog=EPILOG)(_plan.plan)
+app.command("prepare", epilog=EPILOG)(_prepare.prepare)
 app.add_typer(_schema.app, name="schema")
 _pending.register(app, EPILOG)

@@ -13,7 +13,6 @@ import typer
 from zebractl.cli._common import EXIT_USAGE, JSON_HELP, SET_HELP, complete_recipe, complete_set, err
 
 _WHEN = {
-    "prepare": "issue 4",
     "train": "issue 5",
     "convert": "a later issue",
     "verify": "a later issue",
@@ -28,26 +27,6 @@ def _not_yet(command: str) -> None:
         "nothing was done"
     )
     raise typer.Exit(EXIT_USAGE)
-
-
-def prepare(
-    inputs: list[str] = typer.Argument(
-        None, help="JSONL(.gz), Parquet, Arrow, text files or globs."
-    ),
-    tokenizer: str = typer.Option(None, "--tokenizer", help="Local tokenizer dir/file or hub id."),
-    output: Path = typer.Option(None, "--output", "-o", help="Output dataset folder."),
-    workers: int = typer.Option(None, "--workers", help="Tokenizer processes."),
-    text_key: str = typer.Option(None, "--text-key", help="Field holding the text."),
-    seq_length: int = typer.Option(None, "--seq-length", help="Row length for --fla-aligned."),
-    fla_aligned: bool = typer.Option(
-        False, "--fla-aligned", help="Reproduce FLA's preprocessing (BOS per doc, fixed rows)."
-    ),
-    demo: bool = typer.Option(False, "--demo", help="Build the bundled demo dataset."),
-    verify: Path = typer.Option(None, "--verify", help="Check a prepared dataset."),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
-    """Tokenize corpora into Megatron .bin/.idx datasets with a manifest."""
-    _not_yet("prepare")
 
 
 def train(
@@ -113,7 +92,6 @@ def compare(
 def register(app: typer.Typer, epilog: str) -> None:
     """Add the pending commands to the app."""
     for name, fn in (
-        ("prepare", prepare),
         ("train", train),
         ("convert", convert),
         ("verify", verify),

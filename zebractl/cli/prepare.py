@@ -1,0 +1,191 @@
+"""`zebractl prepare`: tokenize corpora into megatron indexed datasets; `--demo`; `--verify DIR`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from zebractl.cli._common import JSON_HELP, CheckFailed, emit_json, err, guarded
+
+
+@guarded
+def prepare(
+    inputs: list[str] = typer.Argument(
+        None, help="JSONL(.gz), Parquet, Arrow / save_to_disk folders, text files, folders, globs."
+    ),
+    tokenizer: str = typer.Option(
+        None,
+        "--tokenizer",
+        help="tokenizer.json (file/folder), GPT-2 vocab+merges folder, "
+        "SentencePiece .model, or a Hub id where the Hub is reachable.",
+    ),
+    output: Path = typer.Option(None, "--output", "-o", help="Output dataset folder."),
+    workers: int = typer.Option(
+        None, "--workers", help="Tokenizer processes (default: CPU count); one shard each."
+    ),
+    text_key: str = typer.Option("text", "--text-key", help="Field holding the text."),
+    add_bos: bool = typer.Option(
+        None,
+        "--add-bos/--no-add-bos",
+        help="BOS before each document (default: no; yes with --fla-aligned).",
+    ),
+    add_eos: bool = typer.Option(
+        None,
+        "--add-eos/--no-add-eos",
+        help="EOS after each document (default: yes; no with --fla-aligned).",
+    ),
+    seq_length: int = typer.Option(None, "--seq-length", help="Row length for --fla-aligned."),
+    fla_aligned: bool = typer.Option(
+        False,
+        "--fla-aligned",
+        help="Reproduce FLA's preprocessing: BOS per doc, no EOS, "
+        "concatenated and cut into --seq-length rows.",
+    ),
+    valid_fraction: float = typer.Option(
+        0.0,
+        "--valid-fraction",
+        help="Fraction of documents (rows with --fla-aligned) held out as a 'valid' split.",
+    ),
+    skip_bad: bool = typer.Option(
+        False,
+        "--skip-bad",
+        help="Skip malformed records and count them in the manifest instead of stopping.",
+    ),
+    shard_size_mb: int = typer.Option(256, "--shard-size", help="Input MB per shard."),
+    demo: bool = typer.Option(
+        False,
+        "--demo",
+        help="Build the bundled demo dataset (State of the Union + Wikipedia, GPT-2 tokenizer).",
+    ),
+    verify: Path = typer.Option(
+        None, "--verify", help="Check a prepared dataset; exit 3 on a mismatch."
+    ),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Tokenize corpora into megatron .bin/.idx datasets with a manifest (resumable)."""
+    if verify is not None:
+        _verify(verify, json_out)
+        return
+    from zebractl.config.errors import ConfigError
+
+    if output is None:
+        raise ConfigError("--output DIR is required (where the dataset is written)")
+    if demo:
+        if inputs or tokenizer:
+            raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
+        from zebractl.data import demo as demo_mod
+
+        inputs = [str(p) for p in demo_mod.write_sources(output / "sources")]
+        tokenizer = str(demo_mod.tokenizer_dir())
+    if not inputs:
+        raise ConfigError("no INPUT given (files, folders or globs), or use --demo")
+    if not tokenizer:
+        raise ConfigError("--tokenizer is required (a local tokenizer file or folder)")
+    from zebractl.data.prepare import PrepareOptions
+    from zebractl.data.prepare import prepare as run
+
+    opts = PrepareOptions(
+        inputs=tuple(inputs),
+        tokenizer=tokenizer,
+        output=str(output),
+        text_key=text_key,
+        add_bos=fla_aligned if add_bos is None else add_bos,
+        add_eos=(not fla_aligned) if add_eos is None else add_eos,
+        fla_aligned=fla_aligned,
+        seq_length=seq_length,
+        valid_fraction=valid_fraction,
+        skip_bad=skip_bad,
+        shard_bytes=shard_size_mb * 2**20,
+    )
+    n = workers or os.cpu_count() or 1
+    with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
+        manifest = run(opts, workers=n, on_progress=on_progress)
+    if json_out:
+        emit_json({"output": str(output), "manifest": manifest})
+        return
+    t, run_info = manifest["totals"], manifest["run"]
+    secs = max(run_info["seconds"], 1e-9)
+    rate = (
+        f" [{run_info['tokens_this_run'] / secs:,.0f} tokens/s, {n} worker(s)]"
+        if run_info["tokens_this_run"]
+        else ""
+    )
+    print(
+        f"prepared {output}: {t['documents']:,} documents, {t['tokens']:,} tokens "
+        f"({manifest['dtype']}, {len(manifest['shards'])} shard files) in {secs:.1f}s{rate}"
+    )
+    if manifest["run"]["shards_resumed"]:
+        print(f"  resumed: {manifest['run']['shards_resumed']} shard(s) were already done")
+    if t["empty_documents"] or t["skipped"] or t["dropped_tokens"]:
+        print(
+            f"  empty documents skipped: {t['empty_documents']:,}; bad records skipped: "
+            f"{t['skipped'] or 0}; tokens dropped (row remainders): {t['dropped_tokens']:,}"
+        )
+    print(
+        f"  tokenizer: {manifest['tokenizer']['source']} (vocab {manifest['tokenizer']['vocab_size']:,}) "
+        f"saved in {output / 'tokenizer'}"
+    )
+
+
+def _verify(folder: Path, json_out: bool) -> None:
+    from zebractl.data.verify import verify
+
+    report = verify(folder)
+    if json_out:
+        emit_json({"folder": str(folder), **report})
+    else:
+        c = report["checked"]
+        status = "ok" if report["ok"] else "FAILED"
+        print(
+            f"verify {folder}: {status} ({c['outputs']} shard files, {c['documents']:,} "
+            f"documents, {c['tokens']:,} tokens, max id {c['max_token_id']} < vocab "
+            f"{c['vocab_size']:,}, {c['dtype']})"
+        )
+        for p in report["problems"]:
+            err(f"  {p}")
+    if not report["ok"]:
+        raise CheckFailed("")
+
+
+class _progress:
+    """A rich progress bar (documents/s, tokens/s, ETA) on a terminal; nothing otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("tokenizing"),
+            BarColumn(),
+            TextColumn("{task.fields[docs]:,} docs {task.fields[rate]}"),
+            TimeRemainingColumn(),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("prepare", total=None, docs=0, rate="")
+        return self._update
+
+    def _update(self, p: Any) -> None:
+        import time
+
+        secs = max(time.time() - p.started, 1e-6)
+        self.bar.update(
+            self.task,
+            total=max(p.total_bytes, 1),
+            completed=min(p.bytes, p.total_bytes),
+            docs=p.documents,
+            rate=f"{p.documents / secs:,.0f} docs/s {p.tokens / secs:,.0f} tok/s",
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

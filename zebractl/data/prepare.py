@@ -1,0 +1,551 @@
+"""``zebractl prepare``: corpora -> tokenizer -> megatron-core indexed datasets, resumable.
+
+Output folder::
+
+    DIR/job.json                 what is being prepared (inputs, options, tokenizer fingerprint)
+    DIR/tokenizer/               the exact tokenizer used (tokenizer.json or .model + config)
+    DIR/shards/NAME.SPLIT.bin/.idx   one megatron IndexedDataset per shard and split
+    DIR/shards/NAME.json         a finished shard's statistics (written last: its marker)
+    DIR/manifest.json            totals, per-source and per-shard facts (written when all are done)
+
+Inputs are grouped in order into shards (about ``shard_bytes`` of input each, at least one per worker
+where the inputs allow); each shard is tokenized by one worker process and written under a temporary
+name, then renamed. A killed run restarted with the same arguments skips finished shards; a shard is
+finished only when its marker exists and its files have the recorded sizes, so nothing half-written
+ever looks complete.
+
+Policies: by default every document ends with EOS (megatron's ``--append-eod``) and gets no BOS.
+``fla_aligned`` reproduces FLA's preprocessing for parity runs: BOS before every document, no EOS,
+documents concatenated in consecutive batches of 2048 and cut into rows of exactly ``seq_length``
+tokens (each row one sequence of the indexed dataset), each batch's remainder dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zebractl import __version__
+from zebractl.config.errors import ConfigError
+from zebractl.data.sources import InputError, Source, documents, expand_inputs
+
+FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
+ENCODE_BATCH = 256  # documents per tokenizer call
+MANIFEST_VERSION = 1
+RECORD_PROBLEMS = ("malformed_json", "missing_text_key", "invalid_utf8", "not_text")
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Everything that determines the output (and so must match when resuming)."""
+
+    inputs: tuple[str, ...]
+    tokenizer: str
+    output: str
+    text_key: str = "text"
+    add_bos: bool = False
+    add_eos: bool = True
+    fla_aligned: bool = False
+    seq_length: int | None = None
+    valid_fraction: float = 0.0
+    skip_bad: bool = False
+    shard_bytes: int = 256 * 2**20
+
+    def identity(self) -> dict[str, Any]:
+        """Options that define the dataset (the worker count and output path do not)."""
+        d = asdict(self)
+        for key in ("inputs", "tokenizer", "output"):
+            d.pop(key)
+        return d
+
+
+@dataclass
+class Shard:
+    """A group of sources tokenized together by one worker."""
+
+    name: str
+    sources: list[Source]
+
+    @property
+    def size(self) -> int:
+        """Input bytes."""
+        return sum(s.size for s in self.sources)
+
+
+@dataclass
+class Progress:
+    """Running totals reported by workers."""
+
+    documents: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    total_bytes: int = 0
+    started: float = field(default_factory=time.time)
+
+
+def validate_options(opts: PrepareOptions) -> None:
+    """Reject contradictory options (exit 2)."""
+    if opts.fla_aligned:
+        if not opts.seq_length:
+            raise ConfigError(
+                "--fla-aligned needs --seq-length (FLA cuts rows of exactly that "
+                "many tokens, e.g. 2048)"
+            )
+        if opts.add_eos or not opts.add_bos:
+            raise ConfigError(
+                "--fla-aligned means BOS per document and no EOS; drop --add-eos/--no-add-bos"
+            )
+    elif opts.seq_length is not None:
+        raise ConfigError(
+            "--seq-length only applies with --fla-aligned (otherwise the training "
+            "recipe's data.seq_length decides)"
+        )
+    if not 0 <= opts.valid_fraction < 1:
+        raise ConfigError(f"--valid-fraction must be in [0, 1), got {opts.valid_fraction}")
+    if opts.shard_bytes <= 0:
+        raise ConfigError("--shard-size must be positive")
+
+
+def plan_shards(sources: list[Source], shard_bytes: int, workers: int) -> list[Shard]:
+    """Group sources, in order, into shards of about ``shard_bytes`` (smaller to feed every worker)."""
+    total = sum(s.size for s in sources)
+    target = max(1, min(shard_bytes, -(-total // max(1, workers))))
+    shards: list[Shard] = []
+    current: list[Source] = []
+    size = 0
+    for src in sources:
+        if current and size + src.size > target:
+            shards.append(Shard(f"shard-{len(shards):05d}", current))
+            current, size = [], 0
+        current.append(src)
+        size += src.size
+    if current:
+        shards.append(Shard(f"shard-{len(shards):05d}", current))
+    return shards
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _is_valid(key: str, index: int, fraction: float) -> bool:
+    if fraction <= 0:
+        return False
+    return zlib.crc32(f"{key}:{index}".encode()) / 2**32 < fraction
+
+
+# ---- the worker --------------------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(tokenizer_dir: str, queue: Any) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one worker = one core
+    if "tokenizer" not in _WORKER:  # forked workers inherit the parent's; spawned ones load it
+        from zebractl.data.tokenizer import load_tokenizer
+
+        _WORKER["tokenizer"] = load_tokenizer(tokenizer_dir)
+    _WORKER["queue"] = queue
+
+
+def _worker_run(args: tuple[Shard, PrepareOptions, str]) -> dict[str, Any]:
+    shard, opts, dtype_name = args
+    queue = _WORKER.get("queue")
+
+    def report(docs: int, tokens: int, nbytes: int) -> None:
+        if queue is not None:
+            queue.put((docs, tokens, nbytes))
+
+    return tokenize_shard(shard, opts, _WORKER["tokenizer"], dtype_name, report)
+
+
+def tokenize_shard(
+    shard: Shard,
+    opts: PrepareOptions,
+    tok: Any,
+    dtype_name: str,
+    report: Callable[[int, int, int], None],
+) -> dict[str, Any]:
+    """Tokenize one shard into ``shards/NAME.SPLIT.bin/.idx`` and write its marker; return stats."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    out = Path(opts.output)
+    tmp_dir, final_dir = out / ".tmp", out / "shards"
+    dtype = np.dtype(dtype_name).type
+    splits = ["train", "valid"] if opts.valid_fraction > 0 else ["train"]
+    tmp = {s: tmp_dir / f"{shard.name}.{s}" for s in splits}
+    builders = {s: IndexedDatasetBuilder(str(tmp[s]) + ".bin", dtype=dtype) for s in splits}
+    counts = {s: Counter() for s in splits}
+    skipped: Counter = Counter()
+    empty = dropped = 0
+    per_source: list[dict[str, Any]] = []
+    bos = [tok.bos_id] if opts.add_bos and tok.bos_id is not None else []
+    eos = [tok.eos_id] if opts.add_eos and tok.eos_id is not None else []
+    if opts.add_bos and tok.bos_id is None or opts.add_eos and tok.eos_id is None:
+        raise ConfigError(
+            f"tokenizer {tok.source} has no {'BOS' if opts.add_bos else 'EOS'} "
+            "token; use --no-add-bos / --no-add-eos"
+        )
+
+    row_buffer: list[int] = []
+    docs_in_batch = 0
+    row_index = 0
+
+    def flush_rows() -> None:
+        nonlocal row_buffer, docs_in_batch, row_index, dropped
+        n = opts.seq_length or 0
+        full = len(row_buffer) // n
+        for r in range(full):
+            row = row_buffer[r * n : (r + 1) * n]
+            split = "valid" if _is_valid(shard.name, row_index, opts.valid_fraction) else "train"
+            builders[split].add_document(np.asarray(row, dtype=dtype), [n])
+            counts[split]["documents"] += 1
+            counts[split]["tokens"] += n
+            row_index += 1
+        dropped += len(row_buffer) - full * n
+        row_buffer, docs_in_batch = [], 0
+
+    def emit(ids_batch: list[list[int]], indices: list[int]) -> int:
+        nonlocal docs_in_batch
+        written = 0
+        for ids, index in zip(ids_batch, indices, strict=True):
+            doc = bos + ids + eos
+            if opts.fla_aligned:
+                row_buffer.extend(doc)
+                docs_in_batch += 1
+                if docs_in_batch == FLA_MAP_BATCH:
+                    flush_rows()
+            else:
+                split = "valid" if _is_valid(shard.name, index, opts.valid_fraction) else "train"
+                builders[split].add_document(np.asarray(doc, dtype=dtype), [len(doc)])
+                counts[split]["documents"] += 1
+                counts[split]["tokens"] += len(doc)
+            written += len(doc)
+        return written
+
+    try:
+        doc_index = 0
+        for src in shard.sources:
+            src_docs = src_tokens = src_empty = 0
+            src_skipped: Counter = Counter()
+            texts: list[str] = []
+            indices: list[int] = []
+            chars = 0
+
+            def encode() -> None:
+                nonlocal src_tokens, texts, indices, chars
+                tokens = emit(tok.encode_batch(texts), indices) if texts else 0
+                src_tokens += tokens
+                report(len(texts), tokens, chars)
+                texts, indices, chars = [], [], 0
+
+            try:
+                for text, _where in _checked(
+                    documents(src, opts.text_key), opts.skip_bad, src_skipped
+                ):
+                    if not text.strip():
+                        src_empty += 1
+                        continue
+                    texts.append(text)
+                    chars += len(text)
+                    indices.append(doc_index)
+                    doc_index += 1
+                    src_docs += 1
+                    if len(texts) >= ENCODE_BATCH:
+                        encode()
+            except InputError as exc:
+                if not opts.skip_bad:
+                    raise
+                src_skipped[exc.reason] += 1  # the whole file could not be read
+            encode()
+            per_source.append(
+                {
+                    "path": src.path,
+                    "size": src.size,
+                    "sha256": _sha256_file(Path(src.path)),
+                    "documents": src_docs,
+                    "tokens": src_tokens,
+                    "empty_documents": src_empty,
+                    "skipped": dict(src_skipped),
+                }
+            )
+            empty += src_empty
+            skipped.update(src_skipped)
+        if opts.fla_aligned and row_buffer:
+            flush_rows()
+
+    except BaseException:
+        # leave nothing half-written behind: close and remove this shard's temporary files
+        for s in splits:
+            builders[s].data_file.close()
+            for ext in ("bin", "idx"):
+                Path(f"{tmp[s]}.{ext}").unlink(missing_ok=True)
+        raise
+
+    final_dir.mkdir(parents=True, exist_ok=True)
+    outputs = []
+    for s in splits:
+        builders[s].finalize(str(tmp[s]) + ".idx")
+        files = {}
+        for ext in ("bin", "idx"):
+            src_path, dst = Path(f"{tmp[s]}.{ext}"), final_dir / f"{shard.name}.{s}.{ext}"
+            files[ext] = {"bytes": src_path.stat().st_size, "sha256": _sha256_file(src_path)}
+            src_path.replace(dst)
+        outputs.append(
+            {
+                "split": s,
+                "prefix": f"shards/{shard.name}.{s}",
+                "documents": counts[s]["documents"],
+                "tokens": counts[s]["tokens"],
+                "files": files,
+            }
+        )
+    stats = {
+        "name": shard.name,
+        "outputs": outputs,
+        "sources": per_source,
+        "empty_documents": empty,
+        "skipped": dict(skipped),
+        "dropped_tokens": dropped,
+    }
+    _write_json(final_dir / f"{shard.name}.json", stats)
+    return stats
+
+
+def _checked(docs, skip_bad: bool, skipped: Counter):
+    """Pass documents through; with skip_bad, count and skip bad records instead of failing."""
+    while True:
+        try:
+            yield next(docs)
+        except StopIteration:
+            return
+        except InputError as exc:
+            if not skip_bad or exc.reason not in RECORD_PROBLEMS:
+                raise  # a whole-file problem ends this source (the caller counts it)
+            skipped[exc.reason] += 1
+
+
+# ---- orchestration -----------------------------------------------------------------------------
+
+
+def _shard_done(out: Path, shard: Shard) -> dict[str, Any] | None:
+    marker = out / "shards" / f"{shard.name}.json"
+    if not marker.is_file():
+        return None
+    try:
+        stats = json.loads(marker.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    for o in stats.get("outputs", []):
+        for ext, meta in o["files"].items():
+            path = out / f"{o['prefix']}.{ext}"
+            if not path.is_file() or path.stat().st_size != meta["bytes"]:
+                return None
+    return stats
+
+
+def prepare(
+    opts: PrepareOptions, workers: int = 1, on_progress: Callable[[Progress], None] | None = None
+) -> dict[str, Any]:
+    """Run (or resume) a preparation; return the manifest."""
+    validate_options(opts)
+    from zebractl.data.tokenizer import load_tokenizer
+
+    out = Path(opts.output)
+    sources = expand_inputs(list(opts.inputs))
+    tok = load_tokenizer(opts.tokenizer)
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import DType
+
+    dtype = np.dtype(DType.optimal_dtype(tok.vocab_size)).name
+    job = {
+        "zebractl_version": __version__,
+        "tokenizer": tok.describe(),
+        "dtype": dtype,
+        "options": opts.identity(),
+        "sources": [
+            {"path": s.path, "size": s.size, "mtime_ns": Path(s.path).stat().st_mtime_ns}
+            for s in sources
+        ],
+    }
+    job_path = out / "job.json"
+    by_path = {s.path: s for s in sources}
+    if job_path.is_file():
+        old = json.loads(job_path.read_text(encoding="utf-8"))
+        if old.get("tokenizer", {}).get("fingerprint") != tok.fingerprint:
+            raise ConfigError(
+                f"{out} was prepared with another tokenizer "
+                f"({old.get('tokenizer', {}).get('source')}, fingerprint "
+                f"{str(old.get('tokenizer', {}).get('fingerprint'))[:12]}); refusing "
+                "to mix tokenizations: choose a new --output"
+            )
+        if {k: old.get(k) for k in ("dtype", "options", "sources")} != {
+            k: job[k] for k in ("dtype", "options", "sources")
+        }:
+            raise ConfigError(
+                f"{out} holds a preparation of other inputs or options; resume only "
+                "with the same arguments, or choose a new --output"
+            )
+        # the shard layout is the one planned first, whatever --workers is now
+        shards = [Shard(sh["name"], [by_path[p] for p in sh["sources"]]) for sh in old["shards"]]
+    else:
+        shards = plan_shards(sources, opts.shard_bytes, workers)
+        job["shards"] = [
+            {"name": sh.name, "sources": [s.path for s in sh.sources]} for sh in shards
+        ]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".tmp").mkdir(exist_ok=True)
+    if not job_path.is_file():
+        _write_json(job_path, job)
+    tok.save(out / "tokenizer")
+
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for sh in shards:
+        done = _shard_done(out, sh)
+        if done is not None:
+            results[sh.name] = done
+        else:
+            todo.append(sh)
+    progress = Progress(total_bytes=sum(sh.size for sh in todo))
+    started = time.time()
+
+    def update(docs: int, tokens: int, nbytes: int) -> None:
+        progress.documents += docs
+        progress.tokens += tokens
+        progress.bytes += nbytes
+        if on_progress:
+            on_progress(progress)
+
+    if todo:
+        _WORKER["tokenizer"] = tok
+        if workers <= 1 or len(todo) == 1:
+            _worker_init(str(out / "tokenizer"), None)
+            for sh in todo:
+                results[sh.name] = tokenize_shard(sh, opts, _WORKER["tokenizer"], dtype, update)
+        else:
+            results |= _run_pool(todo, opts, dtype, workers, out, update)
+    manifest = _manifest(
+        opts,
+        tok,
+        dtype,
+        [results[sh.name] for sh in shards],
+        out,
+        time.time() - started,
+        fresh={sh.name for sh in todo},
+    )
+    _write_json(out / "manifest.json", manifest)
+    if not any((out / ".tmp").iterdir()):
+        (out / ".tmp").rmdir()
+    return manifest
+
+
+def _run_pool(
+    todo: list[Shard],
+    opts: PrepareOptions,
+    dtype: str,
+    workers: int,
+    out: Path,
+    update: Callable[[int, int, int], None],
+) -> dict[str, dict[str, Any]]:
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    q = ctx.Queue()  # handed to workers at their creation (initargs), so a plain queue works
+    results: dict[str, dict[str, Any]] = {}
+    with ctx.Pool(
+        min(workers, len(todo)), initializer=_worker_init, initargs=(str(out / "tokenizer"), q)
+    ) as pool:
+        pending = pool.imap_unordered(_worker_run, [(sh, opts, dtype) for sh in todo])
+        remaining = len(todo)
+        while remaining:
+            try:
+                while True:
+                    update(*q.get_nowait())
+            except queue_mod.Empty:
+                pass
+            try:
+                stats = pending.next(timeout=0.2)
+            except mp.TimeoutError:
+                continue
+            results[stats["name"]] = stats
+            remaining -= 1
+        try:
+            while True:
+                update(*q.get_nowait())
+        except queue_mod.Empty:
+            pass
+    return results
+
+
+def _manifest(
+    opts: PrepareOptions,
+    tok: Any,
+    dtype: str,
+    shard_stats: list[dict[str, Any]],
+    out: Path,
+    seconds: float,
+    fresh: set[str],
+) -> dict[str, Any]:
+    skipped: Counter = Counter()
+    outputs, sources = [], []
+    for st in shard_stats:
+        skipped.update(st["skipped"])
+        outputs.extend(st["outputs"])
+        sources.extend(st["sources"])
+    splits: dict[str, list[str]] = {}
+    for o in outputs:
+        splits.setdefault(o["split"], []).append(o["prefix"])
+    totals = {
+        "documents": sum(o["documents"] for o in outputs),
+        "tokens": sum(o["tokens"] for o in outputs),
+        "empty_documents": sum(st["empty_documents"] for st in shard_stats),
+        "skipped": dict(skipped),
+        "dropped_tokens": sum(st["dropped_tokens"] for st in shard_stats),
+        "by_split": {
+            s: {
+                "documents": sum(o["documents"] for o in outputs if o["split"] == s),
+                "tokens": sum(o["tokens"] for o in outputs if o["split"] == s),
+            }
+            for s in splits
+        },
+    }
+    return {
+        "schema_version": MANIFEST_VERSION,
+        "zebractl_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tokenizer": tok.describe() | {"path": "tokenizer"},
+        "dtype": dtype,
+        "options": opts.identity(),
+        "totals": totals,
+        "splits": splits,
+        "shards": outputs,
+        "sources": sources,
+        "run": {
+            "seconds": round(seconds, 2),
+            "shards_resumed": len(shard_stats) - len(fresh),
+            "tokens_this_run": sum(
+                o["tokens"] for st in shard_stats if st["name"] in fresh for o in st["outputs"]
+            ),
+        },
+    }

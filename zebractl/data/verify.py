@@ -1,0 +1,103 @@
+"""``zebractl prepare --verify DIR``: re-read every shard and check it against the manifest.
+
+Checks per output: both files exist; sizes and sha256 match; the ``.idx`` parses (megatron's reader)
+with the manifest's dtype, document and sequence counts; the ``.bin`` holds exactly the indexed number
+of tokens; every token id is below the tokenizer's vocabulary size. Totals must add up.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from zebractl.config.errors import ConfigError
+from zebractl.data.prepare import _sha256_file
+
+
+def verify(folder: str | Path) -> dict[str, Any]:
+    """Return ``{"ok": bool, "problems": [...], "checked": {...}}``; missing manifest is exit 2."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import _IndexReader
+
+    root = Path(folder)
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(
+            f"{root}: no manifest.json (not a finished `zebractl prepare` output; "
+            "rerun prepare with the same arguments to finish it)"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
+    problems: list[str] = []
+    vocab = manifest["tokenizer"]["vocab_size"]
+    dtype = np.dtype(manifest["dtype"])
+    documents = tokens = 0
+    max_id = -1
+    for out in manifest["shards"]:
+        prefix = root / out["prefix"]
+        name = out["prefix"]
+        bad = False
+        for ext, meta in out["files"].items():
+            path = Path(f"{prefix}.{ext}")
+            if not path.is_file():
+                problems.append(f"{name}.{ext}: missing")
+                bad = True
+            elif path.stat().st_size != meta["bytes"]:
+                problems.append(
+                    f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
+                )
+                bad = True
+            elif _sha256_file(path) != meta["sha256"]:
+                problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
+        if bad:
+            continue
+        try:
+            index = _IndexReader(f"{prefix}.idx", multimodal=False)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
+            problems.append(f"{name}.idx: unreadable index ({type(exc).__name__}: {exc})")
+            continue
+        if np.dtype(index.dtype) != dtype:
+            problems.append(
+                f"{name}.idx: dtype {np.dtype(index.dtype).name}, manifest says {dtype.name}"
+            )
+        n_docs = len(index.document_indices) - 1
+        n_tokens = int(np.asarray(index.sequence_lengths, dtype=np.int64).sum())
+        if n_docs != out["documents"]:
+            problems.append(f"{name}: {n_docs} documents, manifest says {out['documents']}")
+        if n_tokens != out["tokens"]:
+            problems.append(f"{name}: {n_tokens} tokens indexed, manifest says {out['tokens']}")
+        bin_path = Path(f"{prefix}.bin")
+        if bin_path.stat().st_size != n_tokens * dtype.itemsize:
+            problems.append(
+                f"{name}.bin: {bin_path.stat().st_size} bytes for {n_tokens} "
+                f"{dtype.name} tokens ({n_tokens * dtype.itemsize} expected)"
+            )
+        elif n_tokens:
+            data = np.memmap(bin_path, dtype=dtype, mode="r")
+            top = max(int(data[i : i + (1 << 24)].max()) for i in range(0, len(data), 1 << 24))
+            max_id = max(max_id, top)
+            if top >= vocab:
+                problems.append(f"{name}.bin: token id {top} >= vocabulary size {vocab}")
+        documents += n_docs
+        tokens += n_tokens
+    totals = manifest["totals"]
+    if not problems and (documents, tokens) != (totals["documents"], totals["tokens"]):
+        problems.append(
+            f"totals: {documents} documents / {tokens} tokens, manifest says "
+            f"{totals['documents']} / {totals['tokens']}"
+        )
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "checked": {
+            "outputs": len(manifest["shards"]),
+            "documents": documents,
+            "tokens": tokens,
+            "max_token_id": max_id,
+            "vocab_size": vocab,
+            "dtype": dtype.name,
+        },
+    }
