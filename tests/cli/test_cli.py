@@ -83,20 +83,6 @@ def test_help_documents_exit_codes_and_commands(cli):
 
 
 PENDING = {
-    "prepare": (
-        ["in.jsonl", "--tokenizer", "t", "--output", "o"],
-        [
-            "--tokenizer",
-            "--output",
-            "--workers",
-            "--text-key",
-            "--seq-length",
-            "--fla-aligned",
-            "--demo",
-            "--verify",
-            "--json",
-        ],
-    ),
     "train": (
         ["tiny_kda"],
         ["RECIPE", "--set", "--output", "--nproc", "--slurm", "--submit", "--init-from"],
@@ -119,6 +105,24 @@ def test_pending_commands_say_so_and_exit_2(cli, command):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not available yet" in lines[0] and "nothing was done" in lines[0]
+
+
+def test_prepare_help_lists_its_options(cli):
+    text = cli("prepare", "--help").stdout
+    for opt in (
+        "--tokenizer",
+        "--output",
+        "--workers",
+        "--text-key",
+        "--seq-length",
+        "--fla-aligned",
+        "--demo",
+        "--verify",
+        "--json",
+        "--skip-bad",
+        "--valid-fraction",
+    ):
+        assert opt in text, opt
 
 
 def test_version(cli):

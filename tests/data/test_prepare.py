@@ -394,7 +394,10 @@ def _save_tiny_tokenizer(folder: Path) -> None:
     vocab = {
         "[UNK]": 0,
         "</s>": 1,
-        **{w: i + 2 for i, w in enumerate("the quick brown fox jumps over lazy dog".split())},
+        **{
+            w: i + 2
+            for i, w in enumerate(["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog"])
+        },
     }
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
