@@ -162,6 +162,22 @@ def _merge(
         _where_of_leaves(value, dotted, shifted, display, where)
 
 
+def _merge_layers(
+    target: dict[str, Any], layers: list[_Layer], prefix: str, where: dict[str, str]
+) -> None:
+    """Merge file layers (base first) into ``target``, whose keys live under ``prefix``."""
+    for layer in layers:
+        _merge(
+            target,
+            layer.data,
+            prefix=prefix,
+            lines=layer.lines,
+            line_prefix="",
+            display=layer.display,
+            where=where,
+        )
+
+
 def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> None:
     """Apply ``--set dotted.key=value`` overrides (YAML scalars) in order."""
     for item in sets:
@@ -393,16 +409,7 @@ def resolve_preset(ref: str | Path, sets: list[str] | None = None) -> Resolved:
     raw: dict[str, Any] = {}
     where: dict[str, str] = {}
     layers = _read_chain(path, "preset")
-    for layer in layers:
-        _merge(
-            raw,
-            layer.data,
-            prefix="",
-            lines=layer.lines,
-            line_prefix="",
-            display=layer.display,
-            where=where,
-        )
+    _merge_layers(raw, layers, "", where)
     apply_sets(raw, sets or [], where)
     source = layers[-1].display
     cfg = _validate(ModelConfig, raw, where, source)
@@ -430,12 +437,10 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
             "`preset: kda_300M`; `zebractl presets` lists them)",
             key="preset",
         )
+    named_at = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
     if not isinstance(preset_ref, str):
-        where_ = (
-            f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
-        )
         raise ConfigError(
-            f"{where_}: preset: expected a preset name or path, got {_describe(preset_ref)}",
+            f"{named_at}: preset: expected a preset name or path, got {_describe(preset_ref)}",
             key="preset",
         )
     try:
@@ -443,33 +448,12 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
             preset_ref, "preset", preset_layer.path.parent if preset_layer else None
         )
     except ConfigError as exc:
-        where_ = (
-            f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
-        )
-        raise ConfigError(f"{where_}: preset: {exc}", key="preset") from None
+        raise ConfigError(f"{named_at}: preset: {exc}", key="preset") from None
 
     raw: dict[str, Any] = {"model": {}}
     where: dict[str, str] = {}
-    for layer in _read_chain(preset_path, "preset"):
-        _merge(
-            raw["model"],
-            layer.data,
-            prefix="model.",
-            lines=layer.lines,
-            line_prefix="",
-            display=layer.display,
-            where=where,
-        )
-    for layer in chain:
-        _merge(
-            raw,
-            layer.data,
-            prefix="",
-            lines=layer.lines,
-            line_prefix="",
-            display=layer.display,
-            where=where,
-        )
+    _merge_layers(raw["model"], _read_chain(preset_path, "preset"), "model.", where)
+    _merge_layers(raw, chain, "", where)
     apply_sets(raw, sets or [], where)
     cfg = _validate(RunConfig, raw, where, source)
     return Resolved("recipe", path.stem, source, cfg, _provenance(cfg, where))

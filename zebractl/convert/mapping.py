@@ -62,61 +62,43 @@ _MLP: tuple[Entry, ...] = (
 _CONV = "decoder.layers.{mixer}.mixer.conv1d.weight"
 _A = "model.layers.{i}.attn."
 
-KDA_BLOCK: tuple[Entry, ...] = (
-    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    Split(
-        "decoder.layers.{mixer}.mixer.in_proj.weight",
-        tuple(
-            _A + n
-            for n in (
-                "q_proj.weight",
-                "k_proj.weight",
-                "v_proj.weight",
-                "f_proj.0.weight",
-                "g_proj.0.weight",
-                "b_proj.weight",
-            )
-        ),
-        kda_in_proj_rows,
-    ),
-    Split(
-        _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, "kda")
-    ),
-    Rename("decoder.layers.{mixer}.mixer.f_b_proj.weight", _A + "f_proj.1.weight"),
-    Rename("decoder.layers.{mixer}.mixer.g_b_proj.weight", _A + "g_proj.1.weight"),
-    Rename("decoder.layers.{mixer}.mixer.g_b_proj.bias", _A + "g_proj.1.bias"),
-    Rename("decoder.layers.{mixer}.mixer.A_log", _A + "A_log"),
-    Rename("decoder.layers.{mixer}.mixer.dt_bias", _A + "dt_bias"),
-    Rename("decoder.layers.{mixer}.mixer.out_norm.weight", _A + "o_norm.weight"),
-    Rename("decoder.layers.{mixer}.mixer.out_proj.weight", _A + "o_proj.weight"),
-    *_MLP,
-)
+_M = "decoder.layers.{mixer}.mixer."
 
-GDN_BLOCK: tuple[Entry, ...] = (
-    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    Split(
-        "decoder.layers.{mixer}.mixer.in_proj.weight",
-        tuple(
-            _A + n
-            for n in (
-                "q_proj.weight",
-                "k_proj.weight",
-                "v_proj.weight",
-                "g_proj.weight",
-                "b_proj.weight",
-                "a_proj.weight",
-            )
+
+def _delta_rule_block(
+    kind: str,
+    in_proj_parts: tuple[str, ...],
+    rows: Callable[[ModelConfig], list[int]],
+    own: tuple[Entry, ...] = (),
+) -> tuple[Entry, ...]:
+    """Entries of one KDA/GDN block: fused in_proj and conv split into FLA's separate tensors."""
+    return (
+        Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
+        Split(_M + "in_proj.weight", tuple(_A + f"{n}.weight" for n in in_proj_parts), rows),
+        Split(
+            _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, kind)
         ),
-        gdn_in_proj_rows,
+        *own,
+        Rename(_M + "A_log", _A + "A_log"),
+        Rename(_M + "dt_bias", _A + "dt_bias"),
+        Rename(_M + "out_norm.weight", _A + "o_norm.weight"),
+        Rename(_M + "out_proj.weight", _A + "o_proj.weight"),
+        *_MLP,
+    )
+
+
+KDA_BLOCK = _delta_rule_block(
+    "kda",
+    ("q_proj", "k_proj", "v_proj", "f_proj.0", "g_proj.0", "b_proj"),
+    kda_in_proj_rows,
+    own=(
+        Rename(_M + "f_b_proj.weight", _A + "f_proj.1.weight"),
+        Rename(_M + "g_b_proj.weight", _A + "g_proj.1.weight"),
+        Rename(_M + "g_b_proj.bias", _A + "g_proj.1.bias"),
     ),
-    Split(
-        _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, "gdn")
-    ),
-    Rename("decoder.layers.{mixer}.mixer.A_log", _A + "A_log"),
-    Rename("decoder.layers.{mixer}.mixer.dt_bias", _A + "dt_bias"),
-    Rename("decoder.layers.{mixer}.mixer.out_norm.weight", _A + "o_norm.weight"),
-    Rename("decoder.layers.{mixer}.mixer.out_proj.weight", _A + "o_proj.weight"),
-    *_MLP,
+)
+GDN_BLOCK = _delta_rule_block(
+    "gdn", ("q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"), gdn_in_proj_rows
 )
 
 GLOBAL: tuple[Entry, ...] = (

@@ -31,6 +31,23 @@ def _conv(x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions) -> Tensor:
     return ops.short_conv(opts, x, conv.weight, conv.bias)
 
 
+def _delta_rule_block(m: ModelConfig, kind: str) -> nn.Conv1d | None:
+    """The depthwise short convolution over q|k|v of a KDA/GDN mixer (None without one)."""
+    block = getattr(m, kind)
+    d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
+    channels = 2 * d.key_dim + d.value_dim
+    if not block.use_short_conv:
+        return None
+    return nn.Conv1d(channels, channels, block.conv_size, groups=channels, bias=False)
+
+
+def _qkv(mixer: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Short conv + SiLU over the concatenated q|k|v (or SiLU alone), split back."""
+    d = mixer.d
+    x = _conv(torch.cat([q, k, v], -1), mixer.conv1d, mixer.opts)
+    return x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1)
+
+
 class KDAMixer(nn.Module):
     """Kimi Delta Attention. in_proj rows: q | k | v | f_a | g_a | beta."""
 
@@ -40,14 +57,10 @@ class KDAMixer(nn.Module):
         self.cfg, self.opts = m.kda, opts
         d = m.linear_attention_dims("kda")
         self.d = d
-        h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
+        h = m.hidden_size
         self.split = kda_in_proj_rows(m)
         self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
-        self.conv1d = (
-            nn.Conv1d(conv_dim, conv_dim, m.kda.conv_size, groups=conv_dim, bias=False)
-            if m.kda.use_short_conv
-            else None
-        )
+        self.conv1d = _delta_rule_block(m, "kda")
         self.f_b_proj = nn.Linear(d.head_v_dim, d.num_v_heads * d.head_k_dim, bias=False)
         self.g_b_proj = nn.Linear(d.head_v_dim, d.value_dim, bias=True)
         self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
@@ -59,12 +72,7 @@ class KDAMixer(nn.Module):
         b, t, _ = x.shape
         d = self.d
         q, k, v, f_a, g_a, beta = self.in_proj(x).split(self.split, dim=-1)
-        if self.conv1d is not None:
-            q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
-                [d.key_dim, d.key_dim, d.value_dim], dim=-1
-            )
-        else:
-            q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        q, k, v = _qkv(self, q, k, v)
         f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
         o = ops.kda(
             self.opts,
@@ -93,14 +101,10 @@ class GDNMixer(nn.Module):
         self.cfg, self.opts = m.gdn, opts
         d = m.linear_attention_dims("gdn")
         self.d = d
-        h, conv_dim = m.hidden_size, 2 * d.key_dim + d.value_dim
+        h = m.hidden_size
         self.split = gdn_in_proj_rows(m)
         self.in_proj = nn.Linear(h, sum(self.split), bias=m.linear_bias)
-        self.conv1d = (
-            nn.Conv1d(conv_dim, conv_dim, m.gdn.conv_size, groups=conv_dim, bias=False)
-            if m.gdn.use_short_conv
-            else None
-        )
+        self.conv1d = _delta_rule_block(m, "gdn")
         self.A_log = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
         self.dt_bias = nn.Parameter(torch.empty(d.num_v_heads, dtype=torch.float32))
         self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
@@ -110,12 +114,7 @@ class GDNMixer(nn.Module):
         b, t, _ = x.shape
         d = self.d
         q, k, v, z, beta, alpha = self.in_proj(x).split(self.split, dim=-1)
-        if self.conv1d is not None:
-            q, k, v = _conv(torch.cat([q, k, v], -1), self.conv1d, self.opts).split(
-                [d.key_dim, d.key_dim, d.value_dim], dim=-1
-            )
-        else:
-            q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        q, k, v = _qkv(self, q, k, v)
         o = ops.gdn(
             self.opts,
             q.view(b, t, d.num_heads, d.head_k_dim),
