@@ -1,0 +1,89 @@
+"""Training data: prepared datasets -> blend -> megatron GPTDataset samples."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("megatron.core")
+torch = pytest.importorskip("torch")
+
+from zebractl.config.errors import ConfigError  # noqa: E402
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.data import demo  # noqa: E402
+from zebractl.data.prepare import PrepareOptions, prepare  # noqa: E402
+from zebractl.runtime import dist  # noqa: E402
+from zebractl.train.data import build_datasets, resolve_data  # noqa: E402
+
+TEXT = ["The quick brown fox jumps over the lazy dog. " * 20 + str(i) for i in range(60)]
+
+
+def _prepared(tmp_path, name, docs, tokenizer=None):
+    src = tmp_path / f"{name}.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    out = tmp_path / name
+    prepare(
+        PrepareOptions(
+            inputs=(str(src),), tokenizer=tokenizer or str(demo.tokenizer_dir()), output=str(out)
+        )
+    )
+    return out
+
+
+def _cfg(*paths, weights=None):
+    entries = ", ".join(
+        f"{{path: {p}, weight: {w}}}"
+        for p, w in zip(paths, weights or [1.0] * len(paths), strict=True)
+    )
+    return resolve_recipe("tiny_kda", [f"data.paths=[{entries}]"]).run
+
+
+def test_blend_weights_follow_entries_not_shards(tmp_path):
+    a = _prepared(tmp_path, "a", TEXT)
+    b = _prepared(tmp_path, "b", TEXT[:10])
+    spec = resolve_data(_cfg(a, b, weights=[3.0, 1.0]))
+    by_entry = {}
+    for s in spec.shards:
+        by_entry.setdefault(s.prefix.split("/shards/")[0], 0.0)
+        by_entry[s.prefix.split("/shards/")[0]] += s.weight
+    assert by_entry == {str(a): pytest.approx(3.0), str(b): pytest.approx(1.0)}
+    assert (spec.vocab_size, spec.eod) == (50257, 50256)
+
+
+def test_gpt_dataset_samples(tmp_path):
+    out = _prepared(tmp_path, "a", TEXT)
+    cfg = _cfg(out)
+    dist.ensure_initialized()
+    train, valid, _ = build_datasets(cfg, resolve_data(cfg), (40, 4, 0), tmp_path / "cache")
+    assert len(train) >= 40
+    sample = train[0]
+    assert sample["tokens"].shape == (128,) and sample["labels"].shape == (128,)
+    assert torch.equal(sample["tokens"][1:], sample["labels"][:-1])  # next-token labels
+    again, _, _ = build_datasets(cfg, resolve_data(cfg), (40, 4, 0), tmp_path / "cache2")
+    assert torch.equal(again[5]["tokens"], train[5]["tokens"])  # deterministic order (seeded)
+
+
+def test_missing_dataset_says_how_to_make_it(tmp_path):
+    with pytest.raises(ConfigError, match="zebractl prepare --demo --output data/demo"):
+        resolve_data(_cfg(tmp_path / "nothing"))
+    (tmp_path / "half").mkdir()
+    with pytest.raises(ConfigError, match="without manifest.json"):
+        resolve_data(_cfg(tmp_path / "half"))
+
+
+def test_mixed_tokenizers_and_too_small_vocab_are_refused(tmp_path):
+    a = _prepared(tmp_path, "a", TEXT)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    t = Tokenizer(models.WordLevel({"[UNK]": 0, "</s>": 1, "the": 2}, unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.save(str(tok / "tokenizer.json"))
+    b = _prepared(tmp_path, "b", TEXT, tokenizer=str(tok))
+    with pytest.raises(ConfigError, match="different tokenizers"):
+        resolve_data(_cfg(a, b))
+    small = resolve_recipe("tiny_kda", [f"data.paths=[{{path: {a}}}]", "model.vocab_size=1000"]).run
+    with pytest.raises(ConfigError, match="set model.vocab_size: 50257"):
+        resolve_data(small)
