@@ -10,10 +10,9 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import EXIT_USAGE, JSON_HELP, SET_HELP, complete_recipe, complete_set, err
+from zebractl.cli._common import EXIT_USAGE, JSON_HELP, complete_recipe, err
 
 _WHEN = {
-    "train": "issue 5",
     "convert": "a later issue",
     "verify": "a later issue",
     "eval": "a later issue",
@@ -27,23 +26,6 @@ def _not_yet(command: str) -> None:
         "nothing was done"
     )
     raise typer.Exit(EXIT_USAGE)
-
-
-def train(
-    recipe: str = typer.Argument(
-        ..., help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe
-    ),
-    set_: list[str] = typer.Option(
-        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
-    ),
-    output: Path = typer.Option(None, "--output", "-o", help="Run directory."),
-    nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
-    slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
-    submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
-    init_from: Path = typer.Option(None, "--init-from", help="Start from a checkpoint's weights."),
-) -> None:
-    """Train a recipe on one device, torchrun or Slurm, with checkpoints and metrics."""
-    _not_yet("train")
 
 
 def convert(
@@ -92,7 +74,6 @@ def compare(
 def register(app: typer.Typer, epilog: str) -> None:
     """Add the pending commands to the app."""
     for name, fn in (
-        ("train", train),
         ("convert", convert),
         ("verify", verify),
         ("eval", eval_),

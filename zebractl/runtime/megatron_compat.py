@@ -7,7 +7,8 @@ that moves it fails loudly):
   True without TE and ``isinstance(x, TELinear)`` raises. We set it to the truth.
 - ``torch.cuda.current_device`` on a machine without CUDA: RoPE tables (used by MLA) are placed on
   ``torch.cuda.current_device()`` unconditionally. Without CUDA we answer ``"cpu"``, which is where
-  everything lives on such a machine. Never touched when CUDA is available.
+  everything lives on such a machine; and the checkpoint writer calls ``torch.cuda.synchronize()``,
+  a no-op without CUDA. Never touched when CUDA is available.
 """
 
 from __future__ import annotations
@@ -37,4 +38,5 @@ def apply() -> None:
         mla.HAVE_TE = False
     if not torch.cuda.is_available():
         torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+        torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     _applied = True
