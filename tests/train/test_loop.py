@@ -228,8 +228,3 @@ def test_missing_data_is_a_usage_error(cli, tmp_path):
         str(tmp_path / "run"),
     )
     assert r.exit_code == 2 and "zebractl prepare --demo" in r.stderr
-
-
-def test_multi_process_options_say_not_yet(cli, tmp_path):
-    r = cli("train", "tiny_kda", "--nproc", "2", "--output", str(tmp_path))
-    assert r.exit_code == 2 and "not available yet" in r.stderr

@@ -37,31 +37,67 @@ def train(
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
     submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
 ) -> None:
-    """Train a recipe: one device now; torchrun and Slurm launch land with data parallelism."""
+    """Train a recipe on one device, on --nproc GPUs (torchrun), or through Slurm (--slurm)."""
+    import os
+    import subprocess
+
     from zebractl.config.catalog import looks_like_path
     from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_recipe
+    from zebractl.train import launch
 
-    if (nproc or 1) > 1 or slurm or submit:
-        raise ConfigError(
-            "--nproc > 1, --slurm and --submit are not available yet (multi-GPU "
-            "data parallelism is the next step of `zebractl train`); nothing was done"
-        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if nproc is not None and nproc < 1:
+        raise ConfigError("--nproc must be at least 1")
+    if submit:
+        slurm = True
+    # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
+    explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in set_)
     ref: str | Path = Path(recipe) if looks_like_path(recipe) or Path(recipe).is_file() else recipe
-    r = resolve_recipe(ref, set_)
+    planned = resolve_recipe(ref, set_).run
+    gpus = planned.parallelism.num_gpus if slurm else (nproc or world)
+    sets = set_ if explicit_gpus else [*set_, f"parallelism.num_gpus={gpus}"]
+    r = resolve_recipe(ref, sets)
     cfg = r.run
     out = output or Path(cfg.output_dir or f"runs/{r.name}")
     out.mkdir(parents=True, exist_ok=True)
+    args = launch.child_args(recipe, sets, str(out), str(init_from) if init_from else None)
+    if slurm:
+        per_node = min(8, gpus)
+        nodes = -(-gpus // per_node)
+        script = out / "train.sbatch"
+        script.write_text(
+            launch.slurm_script(r.name, nodes, per_node, args, str(out)), encoding="utf-8"
+        )
+        print(f"wrote {script} ({nodes} node(s) x {per_node} GPU(s))")
+        if submit:
+            try:
+                done = subprocess.run(["sbatch", str(script)], check=False)
+            except FileNotFoundError:
+                err("sbatch is not on PATH: submit the script on the cluster's login node")
+                raise typer.Exit(1) from None
+            raise typer.Exit(done.returncode)
+        return
+    if nproc is not None and nproc > 1 and world == 1:
+        cmd = launch.torchrun_command(nproc, args)
+        print("launching: " + " ".join(cmd))
+        raise typer.Exit(subprocess.run(cmd, check=False).returncode)
+
     doc = {
         "schema_version": 1,
         "recipe": r.source,
         "config": r.values(),
         "provenance": r.provenance,
     }
-    (out / "config.resolved.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if int(os.environ.get("RANK", "0")) == 0:
+        (out / "config.resolved.json").write_text(
+            json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+        )
     from zebractl.train.loop import run
 
     result = run(cfg, out, config_doc=doc, init_from=init_from, console=print)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
     where = f"; checkpoint {result.checkpoint}" if result.checkpoint else ""
     loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
     print(

@@ -1,4 +1,4 @@
-"""The training loop: one process on one device (CPU or one GPU).
+"""The training loop: one process per device (CPU, one GPU, or torchrun data parallelism).
 
 Pieces: the model from :mod:`zebractl.model` (fp32 master parameters; bf16 autocast on CUDA when the
 recipe's precision is bf16), megatron-core's GPTDataset over the prepared data with consumed-samples
@@ -15,6 +15,7 @@ bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import math
@@ -108,9 +109,11 @@ class _Batches:
 class Metrics:
     """Console (rank 0), OUTPUT/metrics.jsonl and TensorBoard event files."""
 
-    def __init__(self, output: Path, cfg: RunConfig, resumed_at: int, console: Callable) -> None:
+    def __init__(
+        self, output: Path, cfg: RunConfig, resumed_at: int, console: Callable, write: bool = True
+    ) -> None:
         self.console = console
-        self.path = output / "metrics.jsonl" if cfg.logging.jsonl else None
+        self.path = output / "metrics.jsonl" if cfg.logging.jsonl and write else None
         if self.path is not None and self.path.exists():
             keep = [
                 ln
@@ -119,7 +122,7 @@ class Metrics:
             ]
             self.path.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
         self.tb = None
-        if cfg.logging.tensorboard:
+        if cfg.logging.tensorboard and write:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -193,10 +196,6 @@ def run(
     import torch.distributed as tdist
 
     world, rank = tdist.get_world_size(), tdist.get_rank()
-    if world != 1:
-        raise ConfigError(
-            "`zebractl train` runs one process for now (multi-GPU data parallelism lands next)"
-        )
     g, micro = cfg.batch.global_, cfg.batch.micro
     if g % (micro * world):
         raise ConfigError(
@@ -228,6 +227,13 @@ def run(
     batches = _Batches(train_ds, micro, g, rank, world)
 
     model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=cfg.seed)
+    # data parallel: torch DDP (gradients averaged over ranks); every rank starts from the same
+    # seeded initialisation, and DDP broadcasts rank 0's parameters anyway
+    wrapped: torch.nn.Module = model
+    if world > 1:
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     opt = torch.optim.AdamW(
         _param_groups(model, cfg),
         lr=0.0,
@@ -301,7 +307,9 @@ def run(
         ),
         None,
     )
-    metrics = Metrics(output, cfg, iteration, console)
+    metrics = Metrics(
+        output, cfg, iteration, console if rank == 0 else (lambda _: None), write=rank == 0
+    )
     autocast = device.type == "cuda" and cfg.precision == "bf16"
     accum = g // (micro * world)
     params = [q for grp in opt.param_groups for q in grp["params"]]
@@ -329,14 +337,17 @@ def run(
             model.train()
             opt.zero_grad(set_to_none=True)
             loss_acc = torch.zeros((), device=device)
-            for mb in batches.step(consumed):
+            for n_mb, mb in enumerate(batches.step(consumed), 1):
                 mb = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                    loss_sum, ntok = model(
+                # reduce gradients across ranks once, on the last micro-batch of the step
+                sync = world == 1 or n_mb == accum
+                ctx = contextlib.nullcontext() if sync else wrapped.no_sync()
+                with ctx, torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    loss_sum, ntok = wrapped(
                         mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
                     )
-                loss = loss_sum / ntok.clamp(min=1) / accum
-                loss.backward()
+                    loss = loss_sum / ntok.clamp(min=1) / accum
+                    loss.backward()
                 loss_acc += loss.detach()
             clip = cfg.optimizer.clip_grad
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
@@ -348,7 +359,11 @@ def run(
             window_loss += loss_acc
             window_steps += 1
             if iteration % cfg.logging.interval == 0 or iteration == iters:
-                value = (window_loss / window_steps).item()  # the one host sync per interval
+                mean = window_loss / window_steps
+                if world > 1:  # SUM then divide: gloo has no AVG
+                    tdist.all_reduce(mean)
+                    mean = mean / world
+                value = mean.item()  # the one host sync per interval
                 if not math.isfinite(value):
                     raise TrainingError(
                         f"the loss is {value} at iteration {iteration} (averaged "
@@ -370,7 +385,8 @@ def run(
                     ),
                     "consumed_samples": consumed,
                 }
-                metrics.log(row)
+                if rank == 0:
+                    metrics.log(row)
                 final_loss = value
                 window_loss, window_steps, t_last = 0.0, 0, time.perf_counter()
             if iteration % cfg.checkpoint.interval == 0 or iteration == iters:
