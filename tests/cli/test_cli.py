@@ -205,3 +205,21 @@ def test_config_validate_many(cli):
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["ok"] and [r["kind"] for r in doc["results"]] == ["recipe", "preset", "recipe"]
+
+
+@pytest.mark.parametrize(("command", "extra"), [("train", "train"), ("prepare", "data")])
+def test_missing_runtime_is_an_install_hint(cli, monkeypatch, tmp_path, command, extra):
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, *a, **k):
+        if name.startswith("megatron"):
+            raise ModuleNotFoundError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    args = ["tiny_kda"] if command == "train" else ["--demo"]
+    r = cli(command, *args, "--output", str(tmp_path))
+    assert r.exit_code == 2, r.output
+    assert f"pip install 'zebractl[{extra}]'" in r.stderr and "megatron.core" in r.stderr

@@ -73,6 +73,24 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def require(modules: tuple[str, ...], extra: str, what: str) -> None:
+    """Fail with an install hint (exit 2) when an optional runtime dependency is missing."""
+    import importlib.util
+
+    def absent(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is None
+        except ModuleNotFoundError:  # a dotted name whose parent package is missing
+            return True
+
+    missing = [m for m in modules if absent(m)]
+    if missing:
+        raise ConfigError(
+            f"{what} needs {', '.join(missing)}: pip install 'zebractl[{extra}]' "
+            "(on a CPU-only machine add -c constraints/cpu.txt)"
+        )
+
+
 def emit_json(doc: dict[str, Any]) -> None:
     """Write exactly one JSON document to stdout."""
     sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n")

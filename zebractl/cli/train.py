@@ -14,6 +14,7 @@ from zebractl.cli._common import (
     complete_set,
     err,
     guarded,
+    require,
 )
 
 
@@ -46,6 +47,7 @@ def train(
     from zebractl.config.resolve import resolve_recipe
     from zebractl.train import launch
 
+    require(("torch", "numpy", "megatron.core", "fla"), "train", "`zebractl train`")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if nproc is not None and nproc < 1:
         raise ConfigError("--nproc must be at least 1")
