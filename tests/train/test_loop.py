@@ -228,3 +228,9 @@ def test_missing_data_is_a_usage_error(cli, tmp_path):
         str(tmp_path / "run"),
     )
     assert r.exit_code == 2 and "zebractl prepare --demo" in r.stderr
+
+
+def test_running_out_of_data_says_so():
+    batches = loop._Batches(list(range(10)), micro=4, global_=8, rank=0, world=1)
+    with pytest.raises(loop.TrainingError, match="out of data: the step after 8 samples needs 8"):
+        next(batches.step(8))
