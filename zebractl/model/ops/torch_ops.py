@@ -51,6 +51,12 @@ def _expand_heads(x: Tensor, hv: int) -> Tensor:
     return x if x.shape[2] == hv else x.repeat_interleave(hv // x.shape[2], dim=2)
 
 
+def _state(q: Tensor, b: int, h: int, dk: int, dv: int, initial: Tensor | None) -> Tensor:
+    """The fp32 recurrent state ``[B, H, K, V]``: zeros, or a copy of the initial state."""
+    s = q.new_zeros(b, h, dk, dv, dtype=torch.float32)
+    return s if initial is None else s + initial.float()
+
+
 def recurrent_delta_rule(
     q: Tensor,
     k: Tensor,
@@ -73,9 +79,7 @@ def recurrent_delta_rule(
     kf = _expand_heads(k, hv).float()
     vf, bf = v.float(), beta.float()
     gf = g.float() if g.dim() == 4 else g.float()[..., None].expand(b, t, hv, dk)
-    s = q.new_zeros(b, hv, dk, dv, dtype=torch.float32)
-    if initial_state is not None:
-        s = s + initial_state.float()
+    s = _state(q, b, hv, dk, dv, initial_state)
     out = []
     for i in range(t):
         s = s * gf[:, i, :, :, None].exp()
@@ -129,9 +133,7 @@ def chunk_delta_rule(
     incl = idx[:, None] >= idx[None, :]
     eye = torch.eye(c, device=q.device, dtype=torch.float32)
 
-    s = q.new_zeros(b, hv, dk, dv, dtype=torch.float32)
-    if initial_state is not None:
-        s = s + initial_state.float()
+    s = _state(q, b, hv, dk, dv, initial_state)
     outs = []
     for n in range(t_pad // c):
         qn, kn, vn, bn = qc[:, :, n], kc[:, :, n], vc[:, :, n], bc[:, :, n]
@@ -181,9 +183,7 @@ def recurrent_scalar_gla(
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]
-    s = q.new_zeros(b, h, dk, dv, dtype=torch.float32)
-    if initial_state is not None:
-        s = s + initial_state.float()
+    s = _state(q, b, h, dk, dv, initial_state)
     qf, kf, vf, gf = q.float() * scale, k.float(), v.float(), g.float()
     out = []
     for i in range(t):
@@ -212,9 +212,7 @@ def chunk_scalar_gla(
     gc = _chunks(g.float(), t_pad, c).cumsum(3)  # [B,H,N,C]
     idx = torch.arange(c, device=q.device)
     incl = idx[:, None] >= idx[None, :]
-    s = q.new_zeros(b, h, dk, dv, dtype=torch.float32)
-    if initial_state is not None:
-        s = s + initial_state.float()
+    s = _state(q, b, h, dk, dv, initial_state)
     outs = []
     for n in range(t_pad // c):
         qn, kn, vn, gn = qc[:, :, n], kc[:, :, n], vc[:, :, n], gc[:, :, n]
