@@ -16,6 +16,10 @@ naive_sgla = pytest.importorskip("fla.ops.simple_gla.naive")
 from zebractl.model.ops import torch_ops as T  # noqa: E402
 
 ATOL = 1e-5
+# Final states are compared at 1e-4: they carry every step's fp32 rounding (T up to 200 steps, in a
+# different order in the chunked form), and 2,000 fresh draws showed differences up to 2.6e-5 on
+# states of magnitude ~1; the outputs, which the requirement is about, stay below 5e-6.
+STATE_ATOL = 1e-4
 
 
 def _inputs(b, t, h, hv, dk, dv, per_channel):
@@ -57,7 +61,7 @@ def test_kda_recurrent_equals_fla_naive(shape):
         q, k, v, g, beta, initial_state=s0, output_final_state=True
     )
     _close(ours, ref)
-    _close(s_ours, s_ref)
+    _close(s_ours, s_ref, atol=STATE_ATOL)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -66,13 +70,13 @@ def test_kda_chunked_equals_fla_naive_and_recurrent(shape):
     ours, s_ours = T.chunk_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True)
     rec, s_rec = T.recurrent_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True)
     _close(ours, rec)
-    _close(s_ours, s_rec)
+    _close(s_ours, s_rec, atol=STATE_ATOL)
     if shape[1] % 64 == 0:  # FLA's naive chunk form needs T % 64 == 0
         ref, s_ref = naive_kda.naive_chunk_kda(
             q, k, v, g, beta, initial_state=s0, output_final_state=True
         )
         _close(ours, ref)
-        _close(s_ours, s_ref)
+        _close(s_ours, s_ref, atol=STATE_ATOL)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -82,14 +86,14 @@ def test_gdn_equals_fla_naive(shape):
     ours, s_ours = T.chunk_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True)
     rec, s_rec = T.recurrent_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True)
     _close(ours, rec)
-    _close(s_ours, s_rec)
+    _close(s_ours, s_rec, atol=STATE_ATOL)
     # FLA's GDN references have no GVA: compare on expanded heads
     qe, ke = (x.repeat_interleave(hv // h, dim=2) for x in (q, k))
     ref, s_ref = naive_gdn.naive_recurrent_gated_delta_rule(
         qe, ke, v, beta, g, initial_state=s0, output_final_state=True
     )
     _close(ours, ref)
-    _close(s_ours, s_ref)
+    _close(s_ours, s_ref, atol=STATE_ATOL)
 
 
 def test_chunk_size_does_not_matter():
