@@ -14,7 +14,7 @@ from typing import Any
 from zebractl.layout import SUBLAYER_SHAPES, model_shapes, numel
 from zebractl.planning.flops import flops_per_token
 from zebractl.schemas.preset import ModelConfig
-from zebractl.schemas.recipe import RunConfig, derive
+from zebractl.schemas.recipe import Derived, RunConfig, derive
 
 GIB = 1024**3
 
@@ -71,9 +71,9 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     return 2 * h + lora + 2 * q + a.num_heads * (a.qk_head_dim + 2 * a.v_head_dim)
 
 
-def memory_report(cfg: RunConfig, total_params: int) -> dict[str, Any]:
+def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, Any]:
     """Per-GPU memory estimate in bytes and GiB."""
-    p, d = cfg.parallelism, derive(cfg)
+    p = cfg.parallelism
     params_per_gpu = total_params / (p.tp * p.pp)
     mixed = cfg.precision in ("bf16", "fp16")
     if cfg.optimizer.impl == "torch_fused" or not mixed:
@@ -178,5 +178,5 @@ class Plan:
                 "pp": cfg.parallelism.pp,
                 "cp": cfg.parallelism.cp,
             },
-            "memory_per_gpu": memory_report(cfg, params["total"]),
+            "memory_per_gpu": memory_report(cfg, params["total"], d),
         }
