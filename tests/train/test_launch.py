@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,11 @@ def test_two_process_data_parallel_matches_one_process(cli, tmp_path, monkeypatc
         ),
         workers=2,
     )
-    sets = [x for s in [f"data.paths=[{{path: {tmp_path / 'data'}}}]", *FAST] for x in ("--set", s)]
+    sets = [
+        x
+        for s in [f"data.paths=[{{path: {tmp_path / 'data'}}}]", *FAST, "checkpoint.interval=2"]
+        for x in ("--set", s)
+    ]
     one = cli("train", "tiny_kda", *sets, "--output", str(tmp_path / "one"))
     assert one.exit_code == 0, one.output
     two = cli("train", "tiny_kda", "--nproc", "2", *sets, "--output", str(tmp_path / "two"))
@@ -86,3 +91,17 @@ def test_two_process_data_parallel_matches_one_process(cli, tmp_path, monkeypatc
     assert b == pytest.approx(a, rel=1e-4)
     cfg = json.loads((tmp_path / "two" / "config.resolved.json").read_text())
     assert cfg["config"]["parallelism"]["num_gpus"] == 2
+
+    # checkpoints reshard: iteration 2 of the 2-process run resumes in 1 process and vice versa,
+    # and iterations 3-4 continue the run they came from
+    for src, nproc, out in (("two", "1", "two_to_one"), ("one", "2", "one_to_two")):
+        shutil.copytree(
+            tmp_path / src / "checkpoints" / "iter_0000002",
+            tmp_path / out / "checkpoints" / "iter_0000002",
+        )
+        r = cli("train", "tiny_kda", "--nproc", nproc, *sets, "--output", str(tmp_path / out))
+        assert r.exit_code == 0, r.output
+        assert nproc == "2" or "resumed from" in r.output  # torchrun's children print elsewhere
+        resumed = losses(tmp_path / out)
+        assert len(resumed) == 2
+        assert resumed == pytest.approx((a if src == "one" else b)[2:], rel=1e-4)

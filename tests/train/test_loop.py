@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
+from zebractl.config.errors import ConfigError  # noqa: E402
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.train import checkpoint as ckpt  # noqa: E402
 from zebractl.train import loop  # noqa: E402
@@ -168,6 +169,95 @@ def test_nan_loss_stops_naming_the_iteration(cli, demo_data, tmp_path, monkeypat
     )
     assert r.exit_code == 1, r.output
     assert "the loss is nan at iteration 3" in r.stderr
+
+
+def _poison_forward(monkeypatch, bad_calls):
+    """Make ZebraModel.forward return a NaN loss on the given (1-based) calls."""
+    from zebractl.model import model as model_mod
+
+    real = model_mod.ZebraModel.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *a, **k):
+        calls["n"] += 1
+        out = real(self, *a, **k)
+        return (out[0] * float("nan"), out[1]) if bad_calls(calls["n"]) else out
+
+    monkeypatch.setattr(model_mod.ZebraModel, "forward", poisoned)
+
+
+def test_nonfinite_skip_drops_the_update_and_counts_it(demo_data, tmp_path, monkeypatch):
+    _poison_forward(monkeypatch, lambda n: n in (5, 6))  # iteration 3's two micro-batches
+    cfg, doc = _cfg("tiny_kda", demo_data, "schedule.iterations=6", "nonfinite.action=skip")
+    msgs: list[str] = []
+    res = loop.run(cfg, tmp_path, config_doc=doc, console=msgs.append)
+    assert res.stopped == "done" and res.iterations == 6 and res.skipped == 1
+    assert "iteration 3: non-finite loss or gradient; update skipped" in msgs
+    rows = {
+        r["iteration"]: r
+        for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())
+    }
+    assert sorted(rows) == [1, 2, 4, 5, 6]  # iteration 3 made no update, so no loss to log
+    assert {i: r["skipped"] for i, r in rows.items()} == {1: 0, 2: 0, 4: 1, 5: 0, 6: 0}
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows.values())
+    # the skipped step consumed its data but did not move the schedule: the learning rates are a
+    # clean run's, one step late from iteration 4 on
+    assert rows[6]["consumed_samples"] == 6 * 8
+    monkeypatch.undo()
+    loop.run(cfg, tmp_path / "clean", config_doc=doc, console=lambda s: None)
+    clean = [
+        json.loads(x)["lr"] for x in (tmp_path / "clean" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [rows[i]["lr"] for i in (1, 2, 4, 5, 6)] == clean[:5]
+
+
+def test_nonfinite_skip_stops_past_max_skipped(cli, demo_data, tmp_path, monkeypatch):
+    _poison_forward(monkeypatch, lambda n: n > 4)  # every step from iteration 3 on
+    r = cli(
+        "train",
+        "tiny_kda",
+        "--set",
+        f"data.paths=[{{path: {demo_data}}}]",
+        *[x for s in FAST for x in ("--set", s)],
+        "--set",
+        "schedule.iterations=8",
+        "--set",
+        "nonfinite.action=skip",
+        "--set",
+        "nonfinite.max_skipped=2",
+        "--output",
+        str(tmp_path),
+    )
+    assert r.exit_code == 1, r.output
+    assert "3 updates skipped for non-finite values by iteration 5" in r.stderr
+
+
+def test_engine_choices_that_cannot_run_are_usage_errors(cli, demo_data, tmp_path):
+    base = ["--set", f"data.paths=[{{path: {demo_data}}}]", "--output", str(tmp_path)]
+    cases = {
+        "optimizer.impl=megatron": "runs on CUDA only",
+        "precision=fp16": "fp16 needs loss scaling",
+        "parallelism.distributed_optimizer=true": "needs optimizer.impl 'megatron'",
+    }
+    for setting, message in cases.items():
+        if setting.startswith("optimizer.impl") and torch.cuda.is_available():
+            continue
+        r = cli("train", "tiny_kda", *base, "--set", setting)
+        assert r.exit_code == 2, (setting, r.output)
+        assert message in r.stderr, (setting, r.stderr)
+
+
+def test_resume_refuses_a_checkpoint_of_the_other_optimizer_impl(demo_data, tmp_path):
+    cfg, doc = _cfg("tiny_kda", demo_data, "schedule.iterations=2")
+    loop.run(cfg, tmp_path, config_doc=doc, console=lambda s: None)
+    folder = ckpt.valid_checkpoints(tmp_path / "checkpoints")[-1][1]
+    marker = json.loads((folder / ckpt.MARKER).read_text())
+    assert marker["optimizer_impl"] == "torch_fused"
+    marker["optimizer_impl"] = "megatron"
+    (folder / ckpt.MARKER).write_text(json.dumps(marker))
+    cfg4, _ = _cfg("tiny_kda", demo_data, "schedule.iterations=2")
+    with pytest.raises(ConfigError, match="holds a 'megatron' optimizer state"):
+        loop.run(cfg4, tmp_path, config_doc=doc, console=lambda s: None)
 
 
 def test_ctrl_c_saves_and_exits_130(cli, demo_data, tmp_path, monkeypatch):

@@ -125,6 +125,16 @@ class LoggingConfig(StrictModel):
     """Write TensorBoard event files."""
 
 
+class NonFiniteConfig(StrictModel):
+    """What a NaN or Inf loss or gradient does to the run."""
+
+    action: Literal["stop", "skip"] = "stop"
+    """stop: end the run at the next logging interval, naming the iteration. skip: check every step
+    (one host sync per step), drop that step's update and count it."""
+    max_skipped: int = Field(10, ge=0)
+    """skip: stop once more than this many updates were skipped in the run; 0 never stops."""
+
+
 class KernelsConfig(StrictModel):
     """Kernel backend and every FLA fusion toggle, as explicit booleans."""
 
@@ -177,6 +187,8 @@ class RunConfig(StrictModel):
     """Metrics output."""
     kernels: KernelsConfig = Field(default_factory=KernelsConfig)
     """Kernel backend and fusions."""
+    nonfinite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
+    """NaN/Inf guard."""
     seed: int = 1234
     """Random seed for init, data order and dropout."""
     output_dir: str | None = None

@@ -71,6 +71,11 @@ def save(
     return final
 
 
+def read_marker(folder: Path) -> dict[str, Any]:
+    """The ``zebractl.json`` written when the checkpoint completed."""
+    return json.loads((folder / MARKER).read_text(encoding="utf-8"))
+
+
 def load(folder: Path, sharded_template: dict[str, Any]) -> dict[str, Any]:
     """Load a checkpoint into the structure of ``sharded_template``."""
     from megatron.core import dist_checkpointing

@@ -1,12 +1,13 @@
 """The training loop: one process per device (CPU, one GPU, or torchrun data parallelism).
 
-Pieces: the model from :mod:`zebractl.model` (fp32 master parameters; bf16 autocast on CUDA when the
-recipe's precision is bf16), megatron-core's GPTDataset over the prepared data with consumed-samples
-bookkeeping, ``torch.optim.AdamW`` (fused on CUDA; the FLA-parity recipes' optimizer) with the
-recipe's no-decay groups, megatron's ``OptimizerParamScheduler`` (linear warmup from 0, then the decay
-style, counted in samples), gradient accumulation up to the global batch, global-norm clipping,
-torch_dist checkpoints (:mod:`zebractl.train.checkpoint`) and metrics (console, ``metrics.jsonl``,
-TensorBoard).
+Pieces: the model from :mod:`zebractl.model` held by one of two engines
+(:mod:`zebractl.train.engine`: megatron-core DDP + the Megatron optimizer with bf16 parameters and fp32
+main parameters, or torch DDP + fused ``torch.optim.AdamW`` over fp32 parameters under bf16 autocast as
+FLA trains), megatron-core's GPTDataset over the prepared data with consumed-samples bookkeeping,
+megatron's ``OptimizerParamScheduler`` (linear warmup from 0, then the decay style, counted in
+samples), gradient accumulation up to the global batch, global-norm clipping, torch_dist checkpoints
+(:mod:`zebractl.train.checkpoint`), metrics (console, ``metrics.jsonl``, TensorBoard) and the
+non-finite guard (stop, or skip the update and count it).
 
 Determinism: the data order is a function of (seed, consumed samples) and every random state is
 checkpointed, so a run killed and resumed from a checkpoint reproduces the uninterrupted run's losses
@@ -16,7 +17,6 @@ bit for bit.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import math
 import random
@@ -51,16 +51,7 @@ class RunResult:
     final_loss: float | None
     checkpoint: Path | None
     stopped: str  # "done" | "interrupted" | "limit"
-
-
-def _param_groups(model: torch.nn.Module, cfg: RunConfig) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        skip = any(fnmatch.fnmatch(name, pat) for pat in cfg.optimizer.no_decay)
-        (no_decay if skip else decay).append(p)
-    return [{"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}]
+    skipped: int = 0  # updates skipped for a non-finite loss or gradient (nonfinite.action skip)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -176,9 +167,9 @@ def run(
     from megatron.core import parallel_state
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    from zebractl.model.model import build_model
     from zebractl.runtime import dist, megatron_compat
     from zebractl.train.data import build_datasets, resolve_data
+    from zebractl.train.engine import build_engine
 
     megatron_compat.apply()
     p = cfg.parallelism
@@ -186,11 +177,6 @@ def run(
         raise ConfigError(
             "tensor, pipeline and context parallelism are not supported by "
             "`zebractl train` yet; use parallelism.tp=pp=cp=1"
-        )
-    if cfg.optimizer.impl != "torch_fused":
-        raise ConfigError(
-            "optimizer.impl 'megatron' is not available in `zebractl train` yet; use "
-            "--set optimizer.impl=torch_fused"
         )
     dist.ensure_initialized()
     import torch.distributed as tdist
@@ -226,22 +212,9 @@ def run(
     train_ds, _, _ = build_datasets(cfg, spec, (iters * g, 0, 0), output / "data_cache")
     batches = _Batches(train_ds, micro, g, rank, world)
 
-    model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=cfg.seed)
-    # data parallel: torch DDP (gradients averaged over ranks); every rank starts from the same
-    # seeded initialisation, and DDP broadcasts rank 0's parameters anyway
-    wrapped: torch.nn.Module = model
-    if world > 1:
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    opt = torch.optim.AdamW(
-        _param_groups(model, cfg),
-        lr=0.0,
-        betas=(cfg.optimizer.beta1, cfg.optimizer.beta2),
-        eps=cfg.optimizer.eps,
-        weight_decay=cfg.optimizer.weight_decay,
-        fused=device.type == "cuda",
-    )
+    # every rank builds the same seeded initialisation; both engines average gradients over ranks
+    engine = build_engine(cfg, device, world, cfg.seed)
+    model, opt = engine.model, engine.optimizer
     s = cfg.schedule
     sched = OptimizerParamScheduler(
         opt,
@@ -263,19 +236,22 @@ def run(
         "chained_optim_avoid_prefix": True,
     }
 
-    def state(iteration: int, consumed: int) -> dict[str, Any]:
+    def state(iteration: int, consumed: int, skipped: int, loading: bool = False) -> dict[str, Any]:
+        model_sd = model.sharded_state_dict(metadata=md)
         return {
-            "model": model.sharded_state_dict(metadata=md),
-            "optimizer": opt.state_dict(),
+            "model": model_sd,
+            "optimizer": engine.optimizer_state(model_sd, is_loading=loading),
+            "optimizer_impl": engine.impl,
             "scheduler": sched.state_dict(),
             "rng": _rng_state(),
             "iteration": iteration,
             "consumed_samples": consumed,
+            "skipped_iterations": skipped,
             "zebractl_version": __version__,
             "config": config_doc,
         }
 
-    iteration = consumed = 0
+    iteration = consumed = skipped = 0
     resumed_from = None
     found = ckpt.valid_checkpoints(ckpt_root) if cfg.checkpoint.resume != "never" else []
     if cfg.checkpoint.resume == "require" and not found:
@@ -284,18 +260,27 @@ def run(
         )
     if found:
         it0, folder = found[-1]
-        loaded = ckpt.load(folder, state(0, 0))
+        saved_impl = ckpt.read_marker(folder).get("optimizer_impl", "torch_fused")
+        if saved_impl != engine.impl:
+            raise ConfigError(
+                f"{folder} holds a '{saved_impl}' optimizer state but this run uses optimizer.impl "
+                f"'{engine.impl}'; resume with the same impl, or start a new output directory "
+                "with --init-from to keep the weights only"
+            )
+        loaded = ckpt.load(folder, state(0, 0, 0, loading=True))
         model.load_state_dict(loaded["model"], strict=False)
-        opt.load_state_dict(loaded["optimizer"])
+        engine.load_optimizer(loaded["optimizer"])
         sched.load_state_dict(loaded["scheduler"])
         _set_rng_state(loaded["rng"])
         iteration, consumed, resumed_from = loaded["iteration"], loaded["consumed_samples"], it0
+        skipped = loaded.get("skipped_iterations", 0)
         console(f"resumed from {folder} (iteration {iteration}, {consumed:,} samples consumed)")
     elif init_from is not None:
         weights = ckpt.valid_checkpoints(init_from) if init_from.is_dir() else []
         folder = weights[-1][1] if weights else init_from
         template = {"model": model.sharded_state_dict(metadata=md)}
         model.load_state_dict(ckpt.load(folder, template)["model"], strict=False)
+        engine.reload_model_params()
         console(f"initialised weights from {folder} (fresh optimizer and schedule)")
 
     flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
@@ -310,10 +295,9 @@ def run(
     metrics = Metrics(
         output, cfg, iteration, console if rank == 0 else (lambda _: None), write=rank == 0
     )
-    autocast = device.type == "cuda" and cfg.precision == "bf16"
     accum = g // (micro * world)
-    params = [q for grp in opt.param_groups for q in grp["params"]]
-    window_loss, window_steps, t_last = 0.0, 0, time.perf_counter()
+    guard = cfg.nonfinite
+    window_loss, window_steps, window_skipped, t_last = 0.0, 0, 0, time.perf_counter()
     final_loss = None
     saved: Path | None = None
     stopped = "done"
@@ -323,8 +307,13 @@ def run(
         return ckpt.save(
             ckpt_root,
             iteration,
-            state(iteration, consumed),
-            {"iteration": iteration, "consumed_samples": consumed, "zebractl_version": __version__},
+            state(iteration, consumed, skipped),
+            {
+                "iteration": iteration,
+                "consumed_samples": consumed,
+                "optimizer_impl": engine.impl,
+                "zebractl_version": __version__,
+            },
             cfg.checkpoint.keep_last,
             is_writer=rank == 0,
         )
@@ -335,30 +324,42 @@ def run(
                 stopped = "limit"
                 break
             model.train()
-            opt.zero_grad(set_to_none=True)
+            engine.zero_grad()
             loss_acc = torch.zeros((), device=device)
             for n_mb, mb in enumerate(batches.step(consumed), 1):
                 mb = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
                 # reduce gradients across ranks once, on the last micro-batch of the step
-                sync = world == 1 or n_mb == accum
-                ctx = contextlib.nullcontext() if sync else wrapped.no_sync()
-                with ctx, torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                    loss_sum, ntok = wrapped(
+                ctx = contextlib.nullcontext() if n_mb == accum else engine.no_sync()
+                with (
+                    ctx,
+                    torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast),
+                ):
+                    loss_sum, ntok = engine.forward(
                         mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
                     )
                     loss = loss_sum / ntok.clamp(min=1) / accum
                     loss.backward()
                 loss_acc += loss.detach()
-            clip = cfg.optimizer.clip_grad
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-            opt.step()
-            sched.step(increment=g)
+            engine.finish_grads()
             iteration += 1
             run_steps += 1
             consumed += g
-            window_loss += loss_acc
-            window_steps += 1
-            if iteration % cfg.logging.interval == 0 or iteration == iters:
+            if guard.action == "skip" and not _all_finite(loss_acc, engine, world):
+                # one host sync per step, the price of deciding before the update
+                skipped += 1
+                window_skipped += 1
+                console(f"iteration {iteration}: non-finite loss or gradient; update skipped")
+                if guard.max_skipped and skipped > guard.max_skipped:
+                    raise TrainingError(
+                        f"{skipped} updates skipped for non-finite values by iteration "
+                        f"{iteration} (nonfinite.max_skipped is {guard.max_skipped}); stopping"
+                    )
+            else:
+                grad_norm = engine.step()
+                sched.step(increment=g)
+                window_loss += loss_acc
+                window_steps += 1
+            if (iteration % cfg.logging.interval == 0 or iteration == iters) and window_steps:
                 mean = window_loss / window_steps
                 if world > 1:  # SUM then divide: gloo has no AVG
                     tdist.all_reduce(mean)
@@ -366,11 +367,18 @@ def run(
                 value = mean.item()  # the one host sync per interval
                 if not math.isfinite(value):
                     raise TrainingError(
-                        f"the loss is {value} at iteration {iteration} (averaged "
-                        "over the last logging interval); stopping"
+                        f"the loss is {value} at iteration {iteration} (averaged over the last "
+                        "logging interval); stopping (--set nonfinite.action=skip drops such "
+                        "updates instead)"
                     )
                 now = time.perf_counter()
-                tps = window_steps * g * cfg.data.seq_length / (now - t_last) / world
+                tps = (
+                    (window_steps + window_skipped)
+                    * g
+                    * cfg.data.seq_length
+                    / (now - t_last)
+                    / world
+                )
                 tflops = tps * flops_tok / 1e12
                 row = {
                     "iteration": iteration,
@@ -384,11 +392,13 @@ def run(
                         torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
                     ),
                     "consumed_samples": consumed,
+                    "skipped": window_skipped,
                 }
                 if rank == 0:
                     metrics.log(row)
                 final_loss = value
-                window_loss, window_steps, t_last = 0.0, 0, time.perf_counter()
+                window_loss, window_steps, window_skipped = 0.0, 0, 0
+                t_last = time.perf_counter()
             if iteration % cfg.checkpoint.interval == 0 or iteration == iters:
                 saved = save_now()
     except KeyboardInterrupt:
@@ -397,4 +407,14 @@ def run(
         stopped = "interrupted"
     finally:
         metrics.close()
-    return RunResult(iteration, resumed_from, final_loss, saved, stopped)
+    return RunResult(iteration, resumed_from, final_loss, saved, stopped, skipped)
+
+
+def _all_finite(loss: torch.Tensor, engine: Any, world: int) -> bool:
+    """Whether the step's loss and every gradient are finite on every rank."""
+    import torch.distributed as tdist
+
+    bad = (~(torch.isfinite(loss) & engine.grads_finite())).to(torch.float32).reshape(1)
+    if world > 1:
+        tdist.all_reduce(bad)
+    return bad.item() == 0

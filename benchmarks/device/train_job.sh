@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Driver for the issue-5/6 training runs on the lent two-H200 machine (see benchmarks/README.md).
+#   install DIR    install the carried wheels in DIR into /tmp/site (two calls: the wheels exceed one
+#                  call's 64 MiB)
+#   start          launch the job in the background (setsid). Phase 1 (parallel): the GPU tests of the
+#                  Megatron engine, and short 300M runs that fill the Triton autotune cache. Phase 2
+#                  (one run at a time): the timed 300M runs on 1 and 2 GPUs at global batch 64.
+#   wait SECONDS   follow the job until it finishes, fails, or SECONDS pass; copy logs and metrics
+#                  into $OUT
+# Data: gpu_data/ (carried), the demo corpus prepared with the GPT-2 tokenizer (3.4M tokens).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton_cache
+JOB=/tmp/zjob
+mkdir -p "$JOB" "$TRITON_CACHE_DIR"
+
+case "$1" in
+install)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$2"/*.whl && echo "installed $(ls "$2" | wc -l) wheels from $2"
+  ;;
+start)
+  python3 -c "import fla, tilelang, megatron.core, pydantic, pytest; print('imports ok')" || exit 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, triton, fla, megatron.core as m; print('torch', torch.__version__, 'triton', triton.__version__, 'fla', fla.__version__, 'mcore', m.__version__)"
+  cat > "$JOB/job.sh" <<'EOF'
+set -u
+ts() { date +%H:%M:%S; }
+# train NAME NPROC RECIPE MICRO IMPL [extra --set ...]
+train() {
+  local name=$1 nproc=$2 recipe=$3 micro=$4 impl=$5 its=$6; shift 6
+  local t0=$SECONDS
+  python3 -m zebractl train $recipe --nproc $nproc --output $JOB/runs/$name \
+    --set 'data.paths=[{path: gpu_data}]' --set batch.micro=$micro --set batch.global=64 \
+    --set schedule.iterations=$its --set schedule.warmup_iterations=5 --set logging.interval=5 \
+    --set checkpoint.interval=100000 --set data.num_workers=0 --set optimizer.impl=$impl "$@" \
+    > $JOB/$name.log 2>&1
+  echo "$(ts) $name rc=$? $((SECONDS - t0))s" >> $JOB/progress
+}
+echo "$(ts) phase 1" >> $JOB/progress
+( CUDA_VISIBLE_DEVICES=1 train warm_kda_t 1 kda_300M 16 torch_fused 2
+  CUDA_VISIBLE_DEVICES=1 train warm_kda_m 1 kda_300M 16 megatron 2 ) &
+( CUDA_VISIBLE_DEVICES=0 train warm_gdn_t 1 gdn_300M 16 torch_fused 2
+  CUDA_VISIBLE_DEVICES=0 train warm_gdn_m 1 gdn_300M 16 megatron 2 ) &
+( ZEBRACTL_TEST_DATA=gpu_data python3 -m pytest -m gpu tests/train/test_engine_gpu.py -q -W default \
+    -p no:cacheprovider > $JOB/gpu_tests.log 2>&1; echo "$(ts) gpu tests rc=$?" >> $JOB/progress ) &
+wait
+echo "$(ts) phase 2" >> $JOB/progress
+export CUDA_VISIBLE_DEVICES=0,1
+train kda_1g_torch 1 kda_300M 16 torch_fused 30
+train kda_2g_torch 2 kda_300M 16 torch_fused 30
+train kda_1g_mega 1 kda_300M 16 megatron 30
+train kda_2g_mega_dist 2 kda_300M 16 megatron 30 --set parallelism.distributed_optimizer=true
+train gdn_1g_torch 1 gdn_300M 16 torch_fused 30
+train gdn_1g_mega 1 gdn_300M 16 megatron 30
+train gdn_2g_mega_dist 2 gdn_300M 16 megatron 30 --set parallelism.distributed_optimizer=true
+train kda_1g_mega_m64 1 kda_300M 64 megatron 15
+train gdn_1g_mega_m64 1 gdn_300M 64 megatron 15
+echo "$(ts) DONE" >> $JOB/progress
+EOF
+  JOB=$JOB setsid bash "$JOB/job.sh" > "$JOB/job.out" 2>&1 < /dev/null &
+  echo "started"
+  ;;
+wait)
+  end=$((SECONDS + $2))
+  while [ $SECONDS -lt $end ]; do
+    if grep -q DONE "$JOB/progress" 2>/dev/null; then break; fi
+    if grep -l "Traceback" "$JOB"/*.log 2>/dev/null | grep -v gpu_tests | head -1 | grep -q .; then
+      echo "TRACEBACK seen"; break
+    fi
+    sleep 10
+  done
+  cat "$JOB/progress" 2>/dev/null
+  for f in "$JOB"/*.log; do echo "== $f"; grep -E "iter |passed|failed|Error|error|Traceback" "$f" | cut -c1-400 | tail -8; done
+  mkdir -p "$OUT/runs"
+  cp "$JOB"/*.log "$JOB/progress" "$OUT"/ 2>/dev/null
+  for d in "$JOB"/runs/*/; do n=$(basename "$d"); mkdir -p "$OUT/runs/$n"; cp "$d"/metrics.jsonl "$OUT/runs/$n/" 2>/dev/null; done
+  ;;
+esac

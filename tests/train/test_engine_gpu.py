@@ -1,0 +1,161 @@
+"""The Megatron engine (megatron DDP + Megatron optimizer, bf16 params with fp32 mains) on CUDA.
+
+megatron-core's optimizer is CUDA-only, so these run on the GPU machine (`pytest -m gpu`); the pure
+PyTorch kernels keep them free of Triton autotuning. ``ZEBRACTL_TEST_DATA`` may name a prepared
+dataset; otherwise the demo corpus is prepared as in the CPU tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.train import checkpoint as ckpt  # noqa: E402
+from zebractl.train import loop  # noqa: E402
+
+SETS = [
+    "batch.micro=4",
+    "batch.global=8",
+    "data.seq_length=128",
+    "logging.interval=1",
+    "logging.tensorboard=false",
+    "checkpoint.interval=1000",
+    "schedule.warmup_iterations=2",
+    "optimizer.impl=megatron",
+    "precision=bf16",
+    "kernels.backend=torch",
+    "data.num_workers=0",
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    given = os.environ.get("ZEBRACTL_TEST_DATA")
+    if given:
+        return Path(given).resolve()
+    from zebractl.data.demo import tokenizer_dir, write_sources
+    from zebractl.data.prepare import PrepareOptions, prepare
+
+    root = tmp_path_factory.mktemp("demo")
+    srcs = write_sources(root / "sources")
+    prepare(
+        PrepareOptions(
+            inputs=tuple(map(str, srcs)), tokenizer=str(tokenizer_dir()), output=str(root / "data")
+        ),
+        workers=2,
+    )
+    return root / "data"
+
+
+def _sets(data: Path, *more: str) -> list[str]:
+    return [f"data.paths=[{{path: {data}}}]", *SETS, *more]
+
+
+def _cfg(data: Path, *more: str):
+    r = resolve_recipe("tiny_kda", _sets(data, *more))
+    return r.run, {"config": r.values(), "provenance": r.provenance}
+
+
+def _losses(out: Path) -> dict[int, float]:
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    return {r["iteration"]: r["loss"] for r in rows}
+
+
+def test_bf16_params_with_fp32_main_params(data):
+    from zebractl.train.engine import MegatronEngine, build_engine
+
+    cfg, _ = _cfg(data, "schedule.iterations=2")
+    engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
+    assert isinstance(engine, MegatronEngine)
+    dtypes = {n: p.dtype for n, p in engine.model.named_parameters()}
+    assert dtypes["embedding.word_embeddings.weight"] == torch.bfloat16
+    assert all(d == torch.float32 for n, d in dtypes.items() if n.endswith(("A_log", "dt_bias")))
+    mains = [p for g in engine.optimizer.fp32_from_float16_groups for p in g]
+    assert mains and all(p.dtype == torch.float32 for p in mains)
+    # the recipe's no_decay globs, not megatron's bias/1-D default
+    wd = {g["wd_mult"]: len(g["params"]) for g in engine.optimizer.param_groups}
+    assert set(wd) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_megatron_engine_learns_and_resumes_bitwise(data, tmp_path, distributed):
+    more = (
+        "schedule.iterations=12",
+        f"parallelism.distributed_optimizer={str(distributed).lower()}",
+    )
+    cfg, doc = _cfg(data, *more)
+    full = loop.run(cfg, tmp_path / "full", config_doc=doc, console=lambda s: None)
+    assert full.stopped == "done"
+    a = _losses(tmp_path / "full")
+    assert a[12] < a[1] - 1.0, a  # learns (fresh init ~10.8)
+
+    cfg_k, doc_k = _cfg(data, *more, "checkpoint.interval=5")
+    part = loop.run(cfg_k, tmp_path / "killed", config_doc=doc_k, stop_after=7, console=print)
+    assert part.stopped == "limit"
+    # the "kill" happened after iteration 7; the newest checkpoint is 5
+    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "iter_0000007", ignore_errors=True)
+    resumed = loop.run(cfg_k, tmp_path / "killed", config_doc=doc_k, console=print)
+    assert resumed.resumed_from == 5
+    b = _losses(tmp_path / "killed")
+    assert b == a  # bitwise: same data order, same RNG, fp32 mains and Adam state restored
+
+
+def test_init_from_refreshes_the_fp32_main_params(data, tmp_path):
+    cfg, doc = _cfg(data, "schedule.iterations=6")
+    loop.run(cfg, tmp_path / "a", config_doc=doc, console=lambda s: None)
+    loop.run(cfg, tmp_path / "b", config_doc=doc, init_from=tmp_path / "a" / "checkpoints")
+    a, b = _losses(tmp_path / "a"), _losses(tmp_path / "b")
+    # b starts from a's weights; stale fp32 mains would throw them away at b's first update
+    assert b[1] < a[1] - 1.0 and b[2] < a[1] - 1.0, (a, b)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_match_one_and_checkpoints_reshard(data, tmp_path):
+    def train(nproc: int, out: str, *more: str) -> dict[int, float]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "zebractl",
+            "train",
+            "tiny_kda",
+            "--output",
+            str(tmp_path / out),
+        ]
+        cmd += ["--nproc", str(nproc)]
+        for s in _sets(data, "schedule.iterations=8", "checkpoint.interval=4", *more):
+            cmd += ["--set", s]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        return _losses(tmp_path / out)
+
+    one = train(1, "one")
+    two = train(2, "two", "parallelism.distributed_optimizer=true")
+    assert sorted(two) == sorted(one)
+    # same samples per step, bf16 compute, different reduction order: bf16 noise (rel 2e-2)
+    for i in one:
+        assert two[i] == pytest.approx(one[i], rel=2e-2), (i, one, two)
+    # the distributed optimizer's iteration-4 checkpoint resumes on one GPU (plain optimizer)
+    shutil.copytree(
+        tmp_path / "two" / "checkpoints" / "iter_0000004",
+        tmp_path / "back" / "checkpoints" / "iter_0000004",
+    )
+    back = train(1, "back")
+    assert sorted(back) == [5, 6, 7, 8]
+    for i in back:
+        assert back[i] == pytest.approx(two[i], rel=2e-2), (i, two, back)
+    assert ckpt.read_marker(tmp_path / "back" / "checkpoints" / "iter_0000008")["iteration"] == 8
