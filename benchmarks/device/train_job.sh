@@ -33,29 +33,30 @@ train() {
   python3 -m zebractl train $recipe --nproc $nproc --output $JOB/runs/$name \
     --set 'data.paths=[{path: gpu_data}]' --set batch.micro=$micro --set batch.global=64 \
     --set schedule.iterations=$its --set schedule.warmup_iterations=5 --set logging.interval=5 \
-    --set checkpoint.interval=100000 --set data.num_workers=0 --set optimizer.impl=$impl "$@" \
+    --set checkpoint.interval=100000 --set data.num_workers=0 --set optimizer.impl=$impl --set parallelism.num_gpus=$nproc "$@" \
     > $JOB/$name.log 2>&1
   echo "$(ts) $name rc=$? $((SECONDS - t0))s" >> $JOB/progress
 }
-echo "$(ts) phase 1" >> $JOB/progress
-( CUDA_VISIBLE_DEVICES=1 train warm_kda_t 1 kda_300M 16 torch_fused 2
-  CUDA_VISIBLE_DEVICES=1 train warm_kda_m 1 kda_300M 16 megatron 2 ) &
-( CUDA_VISIBLE_DEVICES=0 train warm_gdn_t 1 gdn_300M 16 torch_fused 2
-  CUDA_VISIBLE_DEVICES=0 train warm_gdn_m 1 gdn_300M 16 megatron 2 ) &
-( ZEBRACTL_TEST_DATA=gpu_data python3 -m pytest -m gpu tests/train/test_engine_gpu.py -q -W default \
-    -p no:cacheprovider > $JOB/gpu_tests.log 2>&1; echo "$(ts) gpu tests rc=$?" >> $JOB/progress ) &
-wait
+if [ -n "${ZJOB_WARM:-}" ]; then  # fills the Triton autotune cache, both mixers at once
+  echo "$(ts) phase 1" >> $JOB/progress
+  ( CUDA_VISIBLE_DEVICES=1 train warm_kda 1 kda_300M 16 torch_fused 6 ) &
+  ( CUDA_VISIBLE_DEVICES=0 train warm_gdn 1 gdn_300M 16 torch_fused 6 ) &
+  wait
+fi
 echo "$(ts) phase 2" >> $JOB/progress
+ZEBRACTL_TEST_DATA=gpu_data timeout 300 python3 -m pytest -m gpu tests/train/test_engine_gpu.py -q \
+  -W default -p no:cacheprovider > $JOB/gpu_tests.log 2>&1
+echo "$(ts) gpu tests rc=$?" >> $JOB/progress
 export CUDA_VISIBLE_DEVICES=0,1
-train kda_1g_torch 1 kda_300M 16 torch_fused 30
-train kda_2g_torch 2 kda_300M 16 torch_fused 30
-train kda_1g_mega 1 kda_300M 16 megatron 30
-train kda_2g_mega_dist 2 kda_300M 16 megatron 30 --set parallelism.distributed_optimizer=true
-train gdn_1g_torch 1 gdn_300M 16 torch_fused 30
-train gdn_1g_mega 1 gdn_300M 16 megatron 30
-train gdn_2g_mega_dist 2 gdn_300M 16 megatron 30 --set parallelism.distributed_optimizer=true
-train kda_1g_mega_m64 1 kda_300M 64 megatron 15
-train gdn_1g_mega_m64 1 gdn_300M 64 megatron 15
+for spec in ${ZJOB_RUNS:-kda_1g_torch:1:kda:16:torch_fused kda_2g_torch:2:kda:16:torch_fused \
+    gdn_1g_torch:1:gdn:16:torch_fused kda_1g_mega:1:kda:16:megatron kda_2g_mega_dist:2:kda:16:megatron \
+    gdn_1g_mega:1:gdn:16:megatron gdn_2g_mega_dist:2:gdn:16:megatron kda_1g_mega_m64:1:kda:64:megatron \
+    gdn_1g_mega_m64:1:gdn:64:megatron}; do
+  IFS=: read name n mixer micro impl <<< "$spec"
+  extra=(); [[ $name == *dist* ]] && extra=(--set parallelism.distributed_optimizer=true)
+  its=30; [ "$micro" = 64 ] && its=15
+  train $name $n ${mixer}_300M $micro $impl $its "${extra[@]}"
+done
 echo "$(ts) DONE" >> $JOB/progress
 EOF
   JOB=$JOB setsid bash "$JOB/job.sh" > "$JOB/job.out" 2>&1 < /dev/null &

@@ -256,7 +256,7 @@ def test_resume_refuses_a_checkpoint_of_the_other_optimizer_impl(demo_data, tmp_
     marker["optimizer_impl"] = "megatron"
     (folder / ckpt.MARKER).write_text(json.dumps(marker))
     cfg4, _ = _cfg("tiny_kda", demo_data, "schedule.iterations=2")
-    with pytest.raises(ConfigError, match="holds a 'megatron' optimizer state"):
+    with pytest.raises(ConfigError, match="optimizer state of optimizer.impl 'megatron'"):
         loop.run(cfg4, tmp_path, config_doc=doc, console=lambda s: None)
 
 

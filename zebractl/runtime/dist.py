@@ -10,21 +10,23 @@ import torch
 def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
     """Make sure torch.distributed and megatron's parallel state exist.
 
-    Under torchrun (RANK/WORLD_SIZE set) this joins the job (NCCL on CUDA, gloo otherwise). Without a
-    launcher it creates a one-process gloo group on an in-memory store (no ports), which is all a
-    single-device run, a meta-device build or a test needs.
+    Under torchrun (RANK/WORLD_SIZE set) this joins the job; without a launcher it creates a
+    one-process group on an in-memory store (no ports), which is all a single-device run, a
+    meta-device build or a test needs. CUDA tensors use NCCL, CPU tensors gloo.
     """
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     if not dist.is_initialized():
+        # CUDA tensors go through NCCL (megatron's DDP and optimizer reduce them even on one
+        # GPU), CPU tensors through gloo
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
             if torch.cuda.is_available():
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend=backend)
         else:
-            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp

@@ -4,8 +4,12 @@
   all-reduce or reduce-scatter) and Megatron optimizer: bf16 model parameters (under
   ``precision: bf16``) with fp32 main parameters and gradients, AdamW, clipping inside the optimizer,
   ``parallelism.distributed_optimizer`` shards the optimizer state across data-parallel ranks (ZeRO-1).
-  The optimizer state is checkpointed in megatron's ``fully_reshardable`` form, so a checkpoint moves
-  between data-parallel sizes and between the distributed and the plain optimizer.
+  The plain optimizer's state (fp32 mains and Adam moments, the same on every rank) is checkpointed
+  as common state; the distributed optimizer's shards in megatron's ``dp_reshardable`` form. Either
+  resumes on another data-parallel size; switching between the two needs ``--init-from``.
+  (megatron 0.16.1's per-parameter forms fail here: the plain optimizer's maps only its bf16
+  parameters, and our recurrent decay parameters stay fp32; ``fully_sharded_model_space`` needs
+  ``flattened_range``, which torch_dist no longer saves.)
 - ``torch_fused``: how FLA trains (the parity recipes): fp32 parameters under bf16 autocast, torch DDP,
   ``torch.optim.AdamW(fused=True)``. Every rank holds the whole optimizer state, which is checkpointed
   as common state.
@@ -37,6 +41,7 @@ class TorchEngine:
     """fp32 parameters, bf16 autocast, torch DDP, torch AdamW (fused on CUDA)."""
 
     impl = "torch_fused"
+    distributed = False
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, device: torch.device, world: int):
         self.cfg, self.model, self.device = cfg, model, device
@@ -96,7 +101,7 @@ class MegatronEngine:
     """megatron-core DDP + Megatron optimizer (bf16 params, fp32 main params and grads)."""
 
     impl = "megatron"
-    SHARDING = {"distrib_optim_sharding_type": "fully_reshardable"}
+    SHARDING = {"distrib_optim_sharding_type": "dp_reshardable"}
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, device: torch.device, world: int):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -105,7 +110,7 @@ class MegatronEngine:
 
         self.cfg, self.model, self.device = cfg, model, device
         self.autocast = False  # the parameters carry the compute dtype
-        distributed = cfg.parallelism.distributed_optimizer
+        distributed = self.distributed = cfg.parallelism.distributed_optimizer
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=world > 1,
@@ -161,6 +166,8 @@ class MegatronEngine:
         return norm
 
     def optimizer_state(self, model_sd: dict[str, Any], is_loading: bool) -> Any:
+        if not self.distributed:
+            return self.optimizer.state_dict()
         return self.optimizer.sharded_state_dict(
             model_sd, is_loading=is_loading, metadata=self.SHARDING
         )
@@ -195,6 +202,13 @@ def build_engine(
         raise ConfigError(
             "optimizer.impl 'megatron' (megatron-core's optimizer) runs on CUDA only; on this "
             "machine use --set optimizer.impl=torch_fused"
+        )
+    if cfg.parallelism.distributed_optimizer:
+        raise ConfigError(
+            "parallelism.distributed_optimizer is not available yet: megatron-core 0.16.1 trains "
+            "it but cannot checkpoint its shards when the model mixes bf16 and fp32 parameters "
+            "(ours keeps the recurrent decay parameters fp32), so a run would die at its first "
+            "save; use parallelism.distributed_optimizer=false"
         )
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
     model = build_model(

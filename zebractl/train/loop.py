@@ -260,12 +260,17 @@ def run(
         )
     if found:
         it0, folder = found[-1]
-        saved_impl = ckpt.read_marker(folder).get("optimizer_impl", "torch_fused")
-        if saved_impl != engine.impl:
+        marker = ckpt.read_marker(folder)
+        saved = (
+            marker.get("optimizer_impl", "torch_fused"),
+            marker.get("distributed_optimizer", False),
+        )
+        if saved != (engine.impl, engine.distributed):
             raise ConfigError(
-                f"{folder} holds a '{saved_impl}' optimizer state but this run uses optimizer.impl "
-                f"'{engine.impl}'; resume with the same impl, or start a new output directory "
-                "with --init-from to keep the weights only"
+                f"{folder} holds the optimizer state of optimizer.impl '{saved[0]}' with "
+                f"parallelism.distributed_optimizer {str(saved[1]).lower()}, but this run uses "
+                f"'{engine.impl}' with {str(engine.distributed).lower()}; resume with the same "
+                "settings, or start a new output directory with --init-from to keep the weights"
             )
         loaded = ckpt.load(folder, state(0, 0, 0, loading=True))
         model.load_state_dict(loaded["model"], strict=False)
@@ -312,6 +317,7 @@ def run(
                 "iteration": iteration,
                 "consumed_samples": consumed,
                 "optimizer_impl": engine.impl,
+                "distributed_optimizer": engine.distributed,
                 "zebractl_version": __version__,
             },
             cfg.checkpoint.keep_last,
