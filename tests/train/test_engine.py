@@ -1,0 +1,60 @@
+"""Engine pieces that run on CPU (the Megatron optimizer itself is CUDA-only: test_engine_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.train import engine as eng  # noqa: E402
+
+SETS = ["data.paths=[{path: /nonexistent}]"]
+
+
+def _model_and_batch():
+    from zebractl.model.model import build_model
+
+    cfg = resolve_recipe("tiny_kda", SETS).run
+    model = build_model(cfg.model, kernels=cfg.kernels, device="cpu", seed=7)
+    x = torch.randint(0, cfg.model.vocab_size, (2, 16))
+    return cfg, model, x
+
+
+def test_megatron_ddp_buffers_feed_the_nonfinite_check():
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    _, model, x = _model_and_batch()
+    ddp = DistributedDataParallel(
+        model.config, DistributedDataParallelConfig(grad_reduce_in_fp32=True), model
+    )
+    loss, _ = ddp(x, labels=x, loss_mask=torch.ones_like(x, dtype=torch.float32))
+    loss.backward()
+    ddp.finish_grad_sync()
+    engine = eng.MegatronEngine.__new__(eng.MegatronEngine)  # the checks need only the DDP wrapper
+    engine.forward = ddp
+    assert bool(engine.grads_finite())
+    ddp.buffers[0].grad_data[torch.randint(0, ddp.buffers[0].grad_data.numel(), ())] = float("inf")
+    assert not bool(engine.grads_finite())
+
+
+def test_torch_engine_nonfinite_check_and_no_decay_groups():
+    cfg, model, x = _model_and_batch()
+    engine = eng.TorchEngine(cfg, model, torch.device("cpu"), world=1)
+    loss, _ = engine.forward(x, labels=x, loss_mask=torch.ones_like(x, dtype=torch.float32))
+    loss.backward()
+    assert bool(engine.grads_finite())
+    decay, no_decay = engine.optimizer.param_groups
+    assert no_decay["wd_mult"] == 0.0 and decay["wd_mult"] == 1.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].endswith(("bias", "norm.weight")) for p in no_decay["params"])
+    next(p for p in engine.params if p.grad is not None).grad.view(-1)[0] = float("nan")
+    assert not bool(engine.grads_finite())
+
+
+def test_no_decay_globs_address_the_bare_model_under_megatron_ddp():
+    cfg = resolve_recipe("tiny_kda", [*SETS, "optimizer.no_decay=['embedding.*']"]).run
+    assert eng._no_decay(cfg, "module.embedding.word_embeddings.weight")
+    assert eng._no_decay(cfg, "embedding.word_embeddings.weight")
+    assert not eng._no_decay(cfg, "module.decoder.final_norm.weight")
