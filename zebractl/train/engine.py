@@ -2,14 +2,14 @@
 
 - ``megatron``: megatron-core's DistributedDataParallel (contiguous fp32 gradient buffers, bucketed
   all-reduce or reduce-scatter) and Megatron optimizer: bf16 model parameters (under
-  ``precision: bf16``) with fp32 main parameters and gradients, AdamW, clipping inside the optimizer,
-  ``parallelism.distributed_optimizer`` shards the optimizer state across data-parallel ranks (ZeRO-1).
-  The plain optimizer's state (fp32 mains and Adam moments, the same on every rank) is checkpointed
-  as common state; the distributed optimizer's shards in megatron's ``dp_reshardable`` form. Either
-  resumes on another data-parallel size; switching between the two needs ``--init-from``.
-  (megatron 0.16.1's per-parameter forms fail here: the plain optimizer's maps only its bf16
-  parameters, and our recurrent decay parameters stay fp32; ``fully_sharded_model_space`` needs
-  ``flattened_range``, which torch_dist no longer saves.)
+  ``precision: bf16``) with fp32 main parameters and gradients, AdamW, clipping inside the optimizer.
+  The optimizer state (fp32 mains and Adam moments, the same on every rank) is checkpointed as
+  common state, so it resumes on another data-parallel size. megatron 0.16.1's sharded forms fail on
+  our mixed bf16/fp32 parameters (the recurrent decay parameters stay fp32): the plain optimizer's
+  per-parameter map covers only its bf16 parameters, and the distributed optimizer's
+  ``dp_reshardable``/``fully_reshardable`` saves assert and ``fully_sharded_model_space`` needs
+  ``flattened_range``, which torch_dist no longer saves; so :func:`check_engine` refuses
+  ``parallelism.distributed_optimizer`` until that is solved.
 - ``torch_fused``: how FLA trains (the parity recipes): fp32 parameters under bf16 autocast, torch DDP,
   ``torch.optim.AdamW(fused=True)``. Every rank holds the whole optimizer state, which is checkpointed
   as common state.
@@ -101,7 +101,6 @@ class MegatronEngine:
     """megatron-core DDP + Megatron optimizer (bf16 params, fp32 main params and grads)."""
 
     impl = "megatron"
-    SHARDING = {"distrib_optim_sharding_type": "dp_reshardable"}
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, device: torch.device, world: int):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -166,11 +165,8 @@ class MegatronEngine:
         return norm
 
     def optimizer_state(self, model_sd: dict[str, Any], is_loading: bool) -> Any:
-        if not self.distributed:
-            return self.optimizer.state_dict()
-        return self.optimizer.sharded_state_dict(
-            model_sd, is_loading=is_loading, metadata=self.SHARDING
-        )
+        # the plain optimizer's state is the same on every rank: common state, any DP size
+        return self.optimizer.state_dict()
 
     def load_optimizer(self, state: Any) -> None:
         self.optimizer.load_state_dict(state)
@@ -180,12 +176,8 @@ class MegatronEngine:
         self.optimizer.reload_model_params()
 
 
-def build_engine(
-    cfg: RunConfig, device: torch.device, world: int, seed: int
-) -> TorchEngine | MegatronEngine:
-    """The model (built for the engine's parameter dtype) wrapped by the recipe's engine."""
-    from zebractl.model.model import build_model
-
+def check_engine(cfg: RunConfig, device: torch.device) -> None:
+    """Refuse engine settings that cannot run here (before any data or model is built)."""
     if cfg.precision == "fp16":
         raise ConfigError(
             "precision fp16 needs loss scaling, which `zebractl train` does not do; use bf16"
@@ -196,8 +188,7 @@ def build_engine(
                 "parallelism.distributed_optimizer needs optimizer.impl 'megatron' (torch "
                 "AdamW keeps the whole state on every rank)"
             )
-        model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=seed)
-        return TorchEngine(cfg, model, device, world)
+        return
     if device.type != "cuda":
         raise ConfigError(
             "optimizer.impl 'megatron' (megatron-core's optimizer) runs on CUDA only; on this "
@@ -210,6 +201,18 @@ def build_engine(
             "(ours keeps the recurrent decay parameters fp32), so a run would die at its first "
             "save; use parallelism.distributed_optimizer=false"
         )
+
+
+def build_engine(
+    cfg: RunConfig, device: torch.device, world: int, seed: int
+) -> TorchEngine | MegatronEngine:
+    """The model (built for the engine's parameter dtype) wrapped by the recipe's engine."""
+    from zebractl.model.model import build_model
+
+    check_engine(cfg, device)
+    if cfg.optimizer.impl == "torch_fused":
+        model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=seed)
+        return TorchEngine(cfg, model, device, world)
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
     model = build_model(
         cfg.model, kernels=cfg.kernels, device=device, seed=seed, params_dtype=dtype

@@ -169,7 +169,7 @@ def run(
 
     from zebractl.runtime import dist, megatron_compat
     from zebractl.train.data import build_datasets, resolve_data
-    from zebractl.train.engine import build_engine
+    from zebractl.train.engine import build_engine, check_engine
 
     megatron_compat.apply()
     p = cfg.parallelism
@@ -202,6 +202,7 @@ def run(
         else torch.device("cpu")
     )
 
+    check_engine(cfg, device)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
