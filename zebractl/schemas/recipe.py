@@ -98,7 +98,8 @@ class ParallelismConfig(StrictModel):
     cp: int = Field(1, gt=0)
     """Context-parallel size."""
     distributed_optimizer: bool = False
-    """Shard optimizer state across data-parallel ranks (ZeRO-1)."""
+    """Shard optimizer state across data-parallel ranks (ZeRO-1). `zebractl train` refuses it for
+    now: megatron-core 0.16.1 cannot checkpoint it over our mixed bf16/fp32 parameters."""
 
 
 class CheckpointConfig(StrictModel):
