@@ -308,6 +308,22 @@ def test_init_from_takes_weights_not_optimizer(demo_data, tmp_path):
     assert lrs(tmp_path / "b") == lrs(tmp_path / "a")
 
 
+def test_a_recipe_planned_for_more_gpus_runs_on_one_process(cli, demo_data, tmp_path):
+    recipe = tmp_path / "eight.yaml"
+    recipe.write_text("extends: tiny_kda\nparallelism:\n  num_gpus: 8\n", encoding="utf-8")
+    sets = [f"data.paths=[{{path: {demo_data}}}]", *FAST, "schedule.iterations=3"]
+    args = [x for s in sets for x in ("--set", s)]
+    # 8 planned GPUs x micro 4 exceed the global batch of 8; one process accumulates 2 micro-batches
+    r = cli("train", str(recipe), *args, "--output", str(tmp_path / "run"))
+    assert r.exit_code == 0, r.output
+    assert len(_losses(tmp_path / "run")) == 3
+    # an explicit GPU count is kept, and checked
+    r = cli(
+        "train", str(recipe), *args, "--set", "parallelism.num_gpus=8", "--output", str(tmp_path)
+    )
+    assert r.exit_code == 2 and "not a multiple of micro batch 4" in r.stderr, r.output
+
+
 def test_missing_data_is_a_usage_error(cli, tmp_path):
     r = cli(
         "train",

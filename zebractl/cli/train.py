@@ -56,8 +56,8 @@ def train(
     # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
     explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in set_)
     ref: str | Path = Path(recipe) if looks_like_path(recipe) or Path(recipe).is_file() else recipe
-    planned = resolve_recipe(ref, set_).run
-    gpus = planned.parallelism.num_gpus if slurm else (nproc or world)
+    # (the recipe's own GPU count is validated only where it is used: a Slurm job)
+    gpus = resolve_recipe(ref, set_).run.parallelism.num_gpus if slurm else (nproc or world)
     sets = set_ if explicit_gpus else [*set_, f"parallelism.num_gpus={gpus}"]
     r = resolve_recipe(ref, sets)
     cfg = r.run
