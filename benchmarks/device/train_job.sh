@@ -16,8 +16,7 @@ mkdir -p "$JOB" "$TRITON_CACHE_DIR"
 
 case "$1" in
 install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "$2"/*.whl && echo "installed $(ls "$2" | wc -l) wheels from $2"
+  exec bash benchmarks/device/run.sh install "$2"
   ;;
 start)
   python3 -c "import fla, tilelang, megatron.core, pydantic, pytest; print('imports ok')" || exit 1

@@ -2,13 +2,12 @@
 
 megatron-core's optimizer is CUDA-only, so these run on the GPU machine (`pytest -m gpu`); the pure
 PyTorch kernels keep them free of Triton autotuning. ``ZEBRACTL_TEST_DATA`` may name a prepared
-dataset; otherwise the demo corpus is prepared as in the CPU tests.
+dataset (tests/train/conftest.py); otherwise the demo corpus is prepared as in the CPU tests.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -43,25 +42,6 @@ SETS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    given = os.environ.get("ZEBRACTL_TEST_DATA")
-    if given:
-        return Path(given).resolve()
-    from zebractl.data.demo import tokenizer_dir, write_sources
-    from zebractl.data.prepare import PrepareOptions, prepare
-
-    root = tmp_path_factory.mktemp("demo")
-    srcs = write_sources(root / "sources")
-    prepare(
-        PrepareOptions(
-            inputs=tuple(map(str, srcs)), tokenizer=str(tokenizer_dir()), output=str(root / "data")
-        ),
-        workers=2,
-    )
-    return root / "data"
-
-
 def _sets(data: Path, *more: str) -> list[str]:
     return [f"data.paths=[{{path: {data}}}]", *SETS, *more]
 
@@ -76,10 +56,10 @@ def _losses(out: Path) -> dict[int, float]:
     return {r["iteration"]: r["loss"] for r in rows}
 
 
-def test_bf16_params_with_fp32_main_params(data):
+def test_bf16_params_with_fp32_main_params(demo_data):
     from zebractl.train.engine import MegatronEngine, build_engine
 
-    cfg, _ = _cfg(data, "schedule.iterations=2")
+    cfg, _ = _cfg(demo_data, "schedule.iterations=2")
     engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
     assert isinstance(engine, MegatronEngine)
     dtypes = {n: p.dtype for n, p in engine.model.named_parameters()}
@@ -93,15 +73,15 @@ def test_bf16_params_with_fp32_main_params(data):
     assert set(wd) == {0.0, 1.0}
 
 
-def test_megatron_engine_learns_and_resumes_bitwise(data, tmp_path):
+def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path):
     more = ("schedule.iterations=12",)
-    cfg, doc = _cfg(data, *more)
+    cfg, doc = _cfg(demo_data, *more)
     full = loop.run(cfg, tmp_path / "full", config_doc=doc, console=lambda s: None)
     assert full.stopped == "done"
     a = _losses(tmp_path / "full")
     assert a[12] < a[1] - 0.5, a  # learns (fresh init ~10.8; 9.95 after 12 steps on the H200)
 
-    cfg_k, doc_k = _cfg(data, *more, "checkpoint.interval=5")
+    cfg_k, doc_k = _cfg(demo_data, *more, "checkpoint.interval=5")
     part = loop.run(cfg_k, tmp_path / "killed", config_doc=doc_k, stop_after=7, console=print)
     assert part.stopped == "limit"
     # the "kill" happened after iteration 7; the newest checkpoint is 5
@@ -112,8 +92,8 @@ def test_megatron_engine_learns_and_resumes_bitwise(data, tmp_path):
     assert b == a  # bitwise: same data order, same RNG, fp32 mains and Adam state restored
 
 
-def test_init_from_refreshes_the_fp32_main_params(data, tmp_path):
-    cfg, doc = _cfg(data, "schedule.iterations=6")
+def test_init_from_refreshes_the_fp32_main_params(demo_data, tmp_path):
+    cfg, doc = _cfg(demo_data, "schedule.iterations=6")
     loop.run(cfg, tmp_path / "a", config_doc=doc, console=lambda s: None)
     loop.run(cfg, tmp_path / "b", config_doc=doc, init_from=tmp_path / "a" / "checkpoints")
     a, b = _losses(tmp_path / "a"), _losses(tmp_path / "b")
@@ -122,7 +102,7 @@ def test_init_from_refreshes_the_fp32_main_params(data, tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_two_gpus_match_one_and_checkpoints_reshard(data, tmp_path):
+def test_two_gpus_match_one_and_checkpoints_reshard(demo_data, tmp_path):
     def train(nproc: int, out: str, *more: str) -> dict[int, float]:
         cmd = [
             sys.executable,
@@ -134,7 +114,7 @@ def test_two_gpus_match_one_and_checkpoints_reshard(data, tmp_path):
             str(tmp_path / out),
         ]
         cmd += ["--nproc", str(nproc)]
-        for s in _sets(data, "schedule.iterations=8", "checkpoint.interval=4", *more):
+        for s in _sets(demo_data, "schedule.iterations=8", "checkpoint.interval=4", *more):
             cmd += ["--set", s]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

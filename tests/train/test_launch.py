@@ -59,22 +59,10 @@ def test_submit_without_sbatch_is_a_clear_failure(cli, tmp_path, monkeypatch):
     assert r.exit_code == 1 and "sbatch is not on PATH" in r.stderr
 
 
-def test_two_process_data_parallel_matches_one_process(cli, tmp_path, monkeypatch, request):
-    from zebractl.data.demo import tokenizer_dir, write_sources
-    from zebractl.data.prepare import PrepareOptions, prepare
-
-    srcs = write_sources(tmp_path / "sources")
-    prepare(
-        PrepareOptions(
-            inputs=tuple(map(str, srcs)),
-            tokenizer=str(tokenizer_dir()),
-            output=str(tmp_path / "data"),
-        ),
-        workers=2,
-    )
+def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path):
     sets = [
         x
-        for s in [f"data.paths=[{{path: {tmp_path / 'data'}}}]", *FAST, "checkpoint.interval=2"]
+        for s in [f"data.paths=[{{path: {demo_data}}}]", *FAST, "checkpoint.interval=2"]
         for x in ("--set", s)
     ]
     one = cli("train", "tiny_kda", *sets, "--output", str(tmp_path / "one"))

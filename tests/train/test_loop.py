@@ -27,20 +27,9 @@ FAST = [
 ]
 
 
-@pytest.fixture(scope="module")
-def demo_data(tmp_path_factory) -> Path:
-    from zebractl.data.demo import tokenizer_dir, write_sources
-    from zebractl.data.prepare import PrepareOptions, prepare
-
-    root = tmp_path_factory.mktemp("demo")
-    srcs = write_sources(root / "sources")
-    prepare(
-        PrepareOptions(
-            inputs=tuple(map(str, srcs)), tokenizer=str(tokenizer_dir()), output=str(root / "data")
-        ),
-        workers=2,
-    )
-    return root / "data"
+def _train_args(data: Path, *sets: str) -> list[str]:
+    """`--set` arguments of the fast tiny run on ``data`` plus ``sets``."""
+    return [x for s in (f"data.paths=[{{path: {data}}}]", *FAST, *sets) for x in ("--set", s)]
 
 
 def _cfg(recipe: str, data: Path, *sets: str):
@@ -142,35 +131,6 @@ def test_keep_last_prunes_old_checkpoints_and_tensorboard_logs(demo_data, tmp_pa
     assert events and events[0].stat().st_size > 0
 
 
-def test_nan_loss_stops_naming_the_iteration(cli, demo_data, tmp_path, monkeypatch):
-    from zebractl.model import model as model_mod
-
-    real = model_mod.ZebraModel.forward
-    calls = {"n": 0}
-
-    def poisoned(self, *a, **k):
-        calls["n"] += 1
-        out = real(self, *a, **k)
-        if calls["n"] > 4:  # from iteration 3 on (2 micro-batches per step)
-            return out[0] * float("nan"), out[1]
-        return out
-
-    monkeypatch.setattr(model_mod.ZebraModel, "forward", poisoned)
-    r = cli(
-        "train",
-        "tiny_kda",
-        "--set",
-        f"data.paths=[{{path: {demo_data}}}]",
-        *[x for s in FAST for x in ("--set", s)],
-        "--set",
-        "schedule.iterations=6",
-        "--output",
-        str(tmp_path),
-    )
-    assert r.exit_code == 1, r.output
-    assert "the loss is nan at iteration 3" in r.stderr
-
-
 def _poison_forward(monkeypatch, bad_calls):
     """Make ZebraModel.forward return a NaN loss on the given (1-based) calls."""
     from zebractl.model import model as model_mod
@@ -184,6 +144,14 @@ def _poison_forward(monkeypatch, bad_calls):
         return (out[0] * float("nan"), out[1]) if bad_calls(calls["n"]) else out
 
     monkeypatch.setattr(model_mod.ZebraModel, "forward", poisoned)
+
+
+def test_nan_loss_stops_naming_the_iteration(cli, demo_data, tmp_path, monkeypatch):
+    _poison_forward(monkeypatch, lambda n: n > 4)  # from iteration 3 on (2 micro-batches per step)
+    args = _train_args(demo_data, "schedule.iterations=6")
+    r = cli("train", "tiny_kda", *args, "--output", str(tmp_path))
+    assert r.exit_code == 1, r.output
+    assert "the loss is nan at iteration 3" in r.stderr
 
 
 def test_nonfinite_skip_drops_the_update_and_counts_it(demo_data, tmp_path, monkeypatch):
@@ -213,21 +181,8 @@ def test_nonfinite_skip_drops_the_update_and_counts_it(demo_data, tmp_path, monk
 
 def test_nonfinite_skip_stops_past_max_skipped(cli, demo_data, tmp_path, monkeypatch):
     _poison_forward(monkeypatch, lambda n: n > 4)  # every step from iteration 3 on
-    r = cli(
-        "train",
-        "tiny_kda",
-        "--set",
-        f"data.paths=[{{path: {demo_data}}}]",
-        *[x for s in FAST for x in ("--set", s)],
-        "--set",
-        "schedule.iterations=8",
-        "--set",
-        "nonfinite.action=skip",
-        "--set",
-        "nonfinite.max_skipped=2",
-        "--output",
-        str(tmp_path),
-    )
+    sets = ("schedule.iterations=8", "nonfinite.action=skip", "nonfinite.max_skipped=2")
+    r = cli("train", "tiny_kda", *_train_args(demo_data, *sets), "--output", str(tmp_path))
     assert r.exit_code == 1, r.output
     assert "3 updates skipped for non-finite values by iteration 5" in r.stderr
 
@@ -269,17 +224,8 @@ def test_ctrl_c_saves_and_exits_130(cli, demo_data, tmp_path, monkeypatch):
         return real(self, consumed)
 
     monkeypatch.setattr(loop._Batches, "step", interrupt_at_third)
-    r = cli(
-        "train",
-        "tiny_kda",
-        "--set",
-        f"data.paths=[{{path: {demo_data}}}]",
-        *[x for s in FAST for x in ("--set", s)],
-        "--set",
-        "schedule.iterations=6",
-        "--output",
-        str(tmp_path),
-    )
+    args = _train_args(demo_data, "schedule.iterations=6")
+    r = cli("train", "tiny_kda", *args, "--output", str(tmp_path))
     assert r.exit_code == 130, r.output
     assert [i for i, _ in ckpt.valid_checkpoints(tmp_path / "checkpoints")] == [2]
     assert (tmp_path / "config.resolved.json").is_file()
@@ -311,8 +257,7 @@ def test_init_from_takes_weights_not_optimizer(demo_data, tmp_path):
 def test_a_recipe_planned_for_more_gpus_runs_on_one_process(cli, demo_data, tmp_path):
     recipe = tmp_path / "eight.yaml"
     recipe.write_text("extends: tiny_kda\nparallelism:\n  num_gpus: 8\n", encoding="utf-8")
-    sets = [f"data.paths=[{{path: {demo_data}}}]", *FAST, "schedule.iterations=3"]
-    args = [x for s in sets for x in ("--set", s)]
+    args = _train_args(demo_data, "schedule.iterations=3")
     # 8 planned GPUs x micro 4 exceed the global batch of 8; one process accumulates 2 micro-batches
     r = cli("train", str(recipe), *args, "--output", str(tmp_path / "run"))
     assert r.exit_code == 0, r.output

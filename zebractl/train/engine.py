@@ -15,7 +15,8 @@
   as common state.
 
 Both expose the same small surface to the loop: ``forward`` module, ``zero_grad``, ``no_sync``,
-``finish_grads``, ``grads_finite``, ``step`` and the checkpoint pieces.
+``finish_grads``, ``grads_finite``, ``step``, ``reload_model_params``; ``optimizer.state_dict()`` is
+the same on every rank in both, so the loop checkpoints it as common state.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import math
-from typing import Any
 
 import torch
 
@@ -86,12 +86,6 @@ class TorchEngine:
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else math.inf)
         self.optimizer.step()
         return norm
-
-    def optimizer_state(self, model_sd: dict[str, Any], is_loading: bool) -> Any:
-        return self.optimizer.state_dict()
-
-    def load_optimizer(self, state: Any) -> None:
-        self.optimizer.load_state_dict(state)
 
     def reload_model_params(self) -> None:
         """The optimizer updates the model's own parameters: nothing to refresh."""
@@ -163,13 +157,6 @@ class MegatronEngine:
         if norm is None or self.cfg.optimizer.clip_grad == 0:
             norm = self.optimizer.get_grad_norm()
         return norm
-
-    def optimizer_state(self, model_sd: dict[str, Any], is_loading: bool) -> Any:
-        # the plain optimizer's state is the same on every rank: common state, any DP size
-        return self.optimizer.state_dict()
-
-    def load_optimizer(self, state: Any) -> None:
-        self.optimizer.load_state_dict(state)
 
     def reload_model_params(self) -> None:
         """Refresh the fp32 main parameters from weights loaded into the model."""

@@ -237,12 +237,11 @@ def run(
         "chained_optim_avoid_prefix": True,
     }
 
-    def state(iteration: int, consumed: int, skipped: int, loading: bool = False) -> dict[str, Any]:
-        model_sd = model.sharded_state_dict(metadata=md)
+    def state(iteration: int, consumed: int, skipped: int) -> dict[str, Any]:
         return {
-            "model": model_sd,
-            "optimizer": engine.optimizer_state(model_sd, is_loading=loading),
-            "optimizer_impl": engine.impl,
+            "model": model.sharded_state_dict(metadata=md),
+            # the same on every rank for both engines: common state, resumable on any DP size
+            "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(),
             "rng": _rng_state(),
             "iteration": iteration,
@@ -273,9 +272,9 @@ def run(
                 f"'{engine.impl}' with {str(engine.distributed).lower()}; resume with the same "
                 "settings, or start a new output directory with --init-from to keep the weights"
             )
-        loaded = ckpt.load(folder, state(0, 0, 0, loading=True))
+        loaded = ckpt.load(folder, state(0, 0, 0))
         model.load_state_dict(loaded["model"], strict=False)
-        engine.load_optimizer(loaded["optimizer"])
+        opt.load_state_dict(loaded["optimizer"])
         sched.load_state_dict(loaded["scheduler"])
         _set_rng_state(loaded["rng"])
         iteration, consumed, resumed_from = loaded["iteration"], loaded["consumed_samples"], it0
