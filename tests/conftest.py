@@ -1,9 +1,17 @@
-"""Shared fixtures: a CLI runner and a helper that writes YAML files into a temporary folder."""
+"""Shared fixtures: a CLI runner, a YAML writer, a seed per test, an explicit process group, and a
+probe of the process-wide state a model build must leave alone.
+
+Every test runs with python ``random``, numpy and torch seeded from a fresh seed (or from
+``ZEBRACTL_TEST_SEED`` when set); a failing test's report says how to rerun it with the same seed.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import random
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +20,61 @@ from typer.testing import CliRunner
 from zebractl.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
+SEED_ENV = "ZEBRACTL_TEST_SEED"
+_SEED = pytest.StashKey[int]()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    if importlib.util.find_spec("numpy") is not None:
+        import numpy as np
+
+        np.random.seed(seed)
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.manual_seed(seed)
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request: pytest.FixtureRequest) -> int:
+    """Seed random, numpy and torch for this test: ``ZEBRACTL_TEST_SEED`` or a fresh seed."""
+    given = os.environ.get(SEED_ENV)
+    seed = int(given) if given else random.SystemRandom().randrange(2**32)
+    request.node.stash[_SEED] = seed
+    _seed_everything(seed)
+    return seed
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    seed = item.stash.get(_SEED, None)
+    if report.failed and seed is not None:
+        report.sections.append(("random seed", f"rerun with {SEED_ENV}={seed}"))
+    return report
+
+
+@pytest.fixture
+def process_group() -> Iterator[None]:
+    """A one-process torch.distributed group and megatron's parallel state, for the tests that need
+    them (sharded checkpoints, megatron DDP): building a model creates neither. Torn down afterwards
+    when this fixture created them. (On CPU, megatron's DDP constructor and checkpoint writer also
+    need ``zebractl.runtime.megatron_compat.patched()`` around them.)"""
+    pytest.importorskip("megatron.core")
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from zebractl.runtime.dist import ensure_initialized
+
+    had_group = dist.is_initialized()
+    had_state = parallel_state.model_parallel_is_initialized()
+    ensure_initialized()
+    yield
+    if not had_state:
+        parallel_state.destroy_model_parallel()
+    if not had_group:
+        dist.destroy_process_group()
 
 
 class Cli:
@@ -41,3 +104,66 @@ def write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str
         return path
 
     return _write
+
+
+_STATE_PROBE = """
+import json, os, sys
+
+import torch
+import megatron.core.transformer.multi_latent_attention as mla
+from megatron.core import parallel_state
+
+
+def snapshot():
+    return {
+        "torch.distributed initialised": torch.distributed.is_initialized(),
+        "megatron parallel state": {
+            k: repr(v)
+            for k, v in vars(parallel_state).items()
+            if k.startswith("_") and k.lstrip("_").isupper()
+        },
+        "torch.cuda.current_device": repr(torch.cuda.current_device),
+        "torch.cuda.synchronize": repr(torch.cuda.synchronize),
+        "multi_latent_attention.HAVE_TE": repr(mla.HAVE_TE),
+        "os.environ": dict(os.environ),
+    }
+
+
+before = snapshot()
+exec(compile(sys.argv[1], "<probe>", "exec"))
+print("STATE:" + json.dumps({"before": before, "after": snapshot()}), file=sys.stderr)
+"""
+
+
+@pytest.fixture
+def process_state() -> Callable[[str], tuple[dict, dict]]:
+    """process_state(code) -> (before, after): the process-wide state that building or running a
+    model must leave alone (torch.distributed, megatron's parallel state, the attributes megatron's
+    patches touch, the environment), around ``code`` run in a fresh interpreter."""
+    pytest.importorskip("megatron.core")
+    import json
+    import subprocess
+    import sys
+
+    def run(code: str) -> tuple[dict, dict]:
+        out = subprocess.run(
+            [sys.executable, "-c", _STATE_PROBE, textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=600,
+        )
+        lines = [x for x in out.stderr.splitlines() if x.startswith("STATE:")]
+        assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
+        doc = json.loads(lines[-1][len("STATE:") :])
+        return doc["before"], doc["after"]
+
+    return run
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="Rewrite tests/golden/*.txt from a fresh run instead of comparing with them.",
+    )

@@ -1,4 +1,8 @@
-"""The CLI surface: help, exit codes, lists, diff, pending commands, import hygiene, speed."""
+"""The CLI surface: help, exit codes, lists, diff, pending commands, import hygiene.
+
+Start-up time is measured by benchmarks/cli_startup.py, not asserted here (wall-clock limits fail on
+a busy machine); the deterministic part, that --help and completion import nothing heavy, is.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,17 +51,6 @@ def test_help_and_completion_import_nothing_heavy():
     }
     assert _loaded([], env) == set()
     assert _loaded(["config", "show", "kda_300M", "--json"]) == set()
-
-
-def test_help_is_fast():
-    best = min(_time([EXE, "--help"]) for _ in range(3))
-    assert best < 0.5, f"zebractl --help took {best:.3f}s"
-
-
-def _time(argv: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, capture_output=True, check=True, timeout=60)
-    return time.perf_counter() - start
 
 
 def test_help_documents_exit_codes_and_commands(cli):
@@ -140,18 +132,42 @@ def test_usage_error_exits_2(cli):
     assert cli("plan", "tiny_kda", "--nosuchflag").exit_code == 2
 
 
-def test_runtime_failure_exits_1_and_traceback_only_with_verbose(cli, monkeypatch):
-    import zebractl.planning.plan as plan_mod
+_FAILING_PLAN = """
+import zebractl.planning.plan as plan_mod
 
-    def boom(self):
-        raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(plan_mod.Plan, "to_dict", boom)
-    result = cli("plan", "tiny_kda")
-    assert result.exit_code == 1
-    assert "RuntimeError: disk on fire" in result.stderr and "Traceback" not in result.output
-    verbose = cli("-v", "plan", "tiny_kda")
-    assert isinstance(verbose.exception, RuntimeError)
+def boom(self):
+    raise RuntimeError("disk on fire")
+
+
+plan_mod.Plan.to_dict = boom
+from zebractl.cli import app
+
+app(prog_name="zebractl")
+"""
+
+
+def test_runtime_failure_exits_1_and_traceback_only_with_verbose():
+    """As a user sees it: a real process, its exit status and its stderr (in-process, -v's
+    re-raised exception would be caught by the test runner and never printed)."""
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _FAILING_PLAN, *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    quiet = run("plan", "tiny_kda")
+    assert quiet.returncode == 1, quiet.stderr
+    assert "RuntimeError: disk on fire" in quiet.stderr and "zebractl -v" in quiet.stderr
+    assert "Traceback" not in quiet.stderr + quiet.stdout
+    verbose = run("-v", "plan", "tiny_kda")
+    assert verbose.returncode == 1, verbose.stderr
+    assert "Traceback (most recent call last)" in verbose.stderr
+    assert ", in boom\n" in verbose.stderr  # the frame that raised
+    assert verbose.stderr.rstrip().endswith("RuntimeError: disk on fire")
 
 
 def test_no_duplicate_option_strings():

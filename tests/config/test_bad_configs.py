@@ -338,7 +338,10 @@ def test_at_least_25_cases():
 
 def test_verbose_shows_traceback_for_config_errors(cli, write):
     write("p.yaml", "bases: kda_300M\n")
-    result = cli("-v", "config", "validate", "p.yaml")
-    assert result.exit_code == 2
-    quiet = cli("config", "validate", "p.yaml")
-    assert "Traceback" not in quiet.output
+    verbose = cli("-v", "config", "show", "p.yaml")
+    assert verbose.exit_code == 2
+    assert "Traceback (most recent call last)" in verbose.stderr
+    assert "zebractl.config.errors.ConfigError: p.yaml:1: bases" in verbose.stderr
+    quiet = cli("config", "show", "p.yaml")
+    assert quiet.exit_code == 2 and "p.yaml:1: bases: unknown key" in quiet.stderr
+    assert "Traceback" not in quiet.stderr + quiet.stdout

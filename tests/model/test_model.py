@@ -20,6 +20,7 @@ from zebractl.model.layers import GatedNorm, Norm  # noqa: E402
 from zebractl.model.mixers import Mamba2Mixer  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
 from zebractl.model.ops import KernelOptions  # noqa: E402
+from zebractl.schemas.recipe import KernelsConfig  # noqa: E402
 
 TINY = ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"]
 
@@ -255,6 +256,28 @@ def test_kernel_options_follow_recipe_toggles():
 
     k = resolve_recipe("tiny_kda", ["kernels.fused_swiglu=false"]).run.kernels
     opts = kernel_options(k, "cpu")
-    assert opts == KernelOptions(backend="torch", fused_swiglu=False, fused_ce_chunks=8)
+    assert opts == KernelOptions(backend="torch", kernels=k) and opts.kernels is k
+    assert opts.kernels.fused_swiglu is False and opts.kernels.fused_ce_chunks == 8
     with pytest.raises(RuntimeError, match="need a CUDA device"):
         kernel_options(k.model_copy(update={"backend": "fla"}), "cpu")
+    default = kernel_options(None, "cpu")
+    assert default.backend == "torch" and default.kernels == KernelsConfig()
+    model = build_model(resolve_preset("tiny_kda").config, kernels=k, device="meta")
+    assert model.opts.kernels is k
+
+
+def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
+    """The ops read the schema's toggles themselves (``opts.kernels.<toggle>``): KernelOptions
+    declares none of its own, and no toggle of the schema goes unread."""
+    import inspect
+
+    from zebractl.model import ops
+
+    assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
+    source = inspect.getsource(ops)
+    unread = [
+        name
+        for name in KernelsConfig.model_fields
+        if name != "backend" and f"opts.kernels.{name}" not in source
+    ]
+    assert not unread, unread

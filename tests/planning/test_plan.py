@@ -164,3 +164,27 @@ def test_plan_reports_the_built_model_count(cli, recipe):
     pytest.importorskip("megatron.core")
     doc = json.loads(cli("plan", recipe, "--json").stdout)
     assert doc["parameters"]["built"] == doc["parameters"]["total"]
+
+
+def test_plan_builds_the_model_without_process_wide_side_effects(process_state):
+    """`zebractl plan` counts the parameters of a meta-device build: no process group, megatron's
+    parallel state untouched, megatron's patches gone afterwards."""
+    before, after = process_state(
+        """
+        import contextlib, io, json
+
+        from zebractl.cli import app
+
+        for recipe in ("kda_300M", "zebra_mamba_300M_hybrid"):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    app(["plan", recipe, "--json"], prog_name="zebractl")
+                except SystemExit as e:
+                    assert e.code == 0, e.code
+            params = json.loads(out.getvalue())["parameters"]
+            assert params["built"] == params["total"], params
+        """
+    )
+    assert before["torch.distributed initialised"] is False
+    assert {k: v for k, v in after.items() if v != before[k]} == {}

@@ -22,13 +22,16 @@ def _model_and_batch():
     return cfg, model, x
 
 
-def test_megatron_ddp_buffers_feed_the_nonfinite_check():
+def test_megatron_ddp_buffers_feed_the_nonfinite_check(process_group):
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
+    from zebractl.runtime import megatron_compat
+
     _, model, x = _model_and_batch()
-    ddp = DistributedDataParallel(
-        model.config, DistributedDataParallelConfig(grad_reduce_in_fp32=True), model
-    )
+    with megatron_compat.patched():  # megatron's DDP allocates on torch.cuda.current_device()
+        ddp = DistributedDataParallel(
+            model.config, DistributedDataParallelConfig(grad_reduce_in_fp32=True), model
+        )
     loss, _ = ddp(x, labels=x, loss_mask=torch.ones_like(x, dtype=torch.float32))
     loss.backward()
     ddp.finish_grad_sync()

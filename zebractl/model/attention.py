@@ -3,13 +3,19 @@
 megatron 0.16.1's local DotProductAttention cannot serve MLA (it rejects the k/v channel arguments MLA
 passes, and materialises [b, n, s, s] scores); ours calls ``F.scaled_dot_product_attention`` (flash or
 memory-efficient kernels on CUDA) with causal masking and MLA's softmax scale.
+
+MLA's constructor needs :func:`zebractl.runtime.megatron_compat.patched` (no TE, no CUDA), entered by
+:func:`build_mla` for exactly that call. Its forward needs no patch: megatron's rotary module is
+replaced by :class:`RotaryTable`, which computes the same table on the model's device.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
 from megatron.core.transformer.module import MegatronModule
+from torch import nn
 
 from zebractl.model.ops import KernelOptions
 
@@ -65,29 +71,89 @@ class SDPACoreAttention(MegatronModule):
         return {}
 
 
+class RotaryTable(nn.Module):
+    """MLA's rotary table from megatron's own frequencies (RoPE or YaRN), on the model's device.
+
+    megatron's RotaryEmbedding keeps its inverse frequencies as plain tensors and moves them to
+    ``torch.cuda.current_device()`` at the first forward: that fails without CUDA, and would pull a
+    CPU model's table onto a GPU. This module takes the frequencies (and YaRN's mscale) from the
+    megatron module MLA built, keeps them fp32 in a buffer that follows the model's device (never its
+    dtype, as megatron's), and computes the table as megatron does: ``cat(p * f, p * f)`` per position.
+    """
+
+    get_rotary_seq_len = RotaryEmbedding.get_rotary_seq_len  # uses only its arguments
+
+    def __init__(self, rope: RotaryEmbedding) -> None:
+        super().__init__()
+        from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import (
+            YarnRotaryEmbedding,
+        )
+
+        self.yarn = isinstance(rope, YarnRotaryEmbedding)
+        # megatron's table at position 1 is the frequencies themselves (YaRN's blend included)
+        table = rope.get_emb(2)
+        emb, self.mscale = table if self.yarn else (table, 1.0)
+        self._inv_freq = emb[1, 0, 0, : emb.shape[-1] // 2].float().cpu()
+        self.register_buffer(
+            "inv_freq", self._inv_freq.to(torch.get_default_device()), persistent=False
+        )
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.inv_freq = self._inv_freq.to(self.inv_freq.device)
+        return out
+
+    def forward(self, max_seq_len: int, offset: int = 0, packed_seq: bool = False, cp_group=None):
+        """``[s, 1, 1, dim]`` angles (and YaRN's mscale), as megatron's module returns them."""
+        if packed_seq:
+            raise NotImplementedError("packed sequences are not supported by MLA here")
+        f = self.inv_freq
+        seq = torch.arange(max_seq_len, device=f.device, dtype=f.dtype) + offset
+        freqs = torch.outer(seq, f)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
+        return (emb, self.mscale) if self.yarn else emb
+
+    def extra_repr(self) -> str:
+        return f"dim={2 * self.inv_freq.numel()}, yarn={self.yarn}, mscale={self.mscale}"
+
+
 def build_mla(config, layer_number: int, norm_cls: type, opts: KernelOptions) -> torch.nn.Module:
-    """megatron's MLASelfAttention with local linears, our norms and our core attention."""
-    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    """megatron's MLASelfAttention with local linears, our norms, core attention and rotary table."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.multi_latent_attention import (
         MLASelfAttention,
         MLASelfAttentionSubmodules,
     )
 
+    from zebractl.model.layers import RowLinear, process_groups
+    from zebractl.runtime import megatron_compat
+
+    if config.context_parallel_size != 1 or config.tensor_model_parallel_size != 1:
+        raise NotImplementedError("MLA here supports tensor and context parallel size 1 only")
     subs = MLASelfAttentionSubmodules(
         linear_q_proj=ColumnParallelLinear,
+        # MLA accepts only these exact classes for its down projections
         linear_q_down_proj=ColumnParallelLinear,
         linear_q_up_proj=ColumnParallelLinear,
         linear_kv_down_proj=ColumnParallelLinear,
         linear_kv_up_proj=ColumnParallelLinear,
         core_attention=SDPACoreAttention,
-        linear_proj=RowParallelLinear,
+        linear_proj=RowLinear,
         q_layernorm=norm_cls,
         kv_layernorm=norm_cls,
     )
-    return MLASelfAttention(
-        config=config,
-        submodules=subs,
-        layer_number=layer_number,
-        attn_mask_type=AttnMaskType.causal,
-    )
+    with megatron_compat.patched():
+        attn = MLASelfAttention(
+            config=config,
+            submodules=subs,
+            layer_number=layer_number,
+            attn_mask_type=AttnMaskType.causal,
+            pg_collection=process_groups(),
+        )
+        attn.rotary_pos_emb = RotaryTable(attn.rotary_pos_emb)
+    for layer in attn.modules():
+        if isinstance(layer, ColumnParallelLinear):
+            # tp = 1: no input-gradient all-reduce, so no process group (see zebractl.model.layers)
+            layer.disable_grad_reduce = True
+    return attn

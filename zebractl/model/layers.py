@@ -3,13 +3,24 @@
 Every sublayer is pre-norm with a residual: ``x + dropout(inner(norm(x)))``. Activations are
 batch-first ``[B, T, H]`` throughout (FLA's layout); only MLA, which is megatron's module, sees
 megatron's ``[T, B, H]`` and is transposed around.
+
+Building needs no process group (tensor parallelism is 1): megatron's layers take their groups as
+arguments (:func:`process_groups`), and at forward time megatron turns any group into None when
+``torch.distributed`` is not initialised, then asserts a group for its tensor-parallel collectives
+even on one rank. So ColumnParallelLinear is built with ``disable_grad_reduce`` (its only collective
+at tp 1) and RowParallelLinear / VocabParallelEmbedding are the :class:`RowLinear` /
+:class:`VocabEmbedding` subclasses, which skip the identity collectives.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.tensor_parallel.layers import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
 from megatron.core.transformer.module import MegatronModule
 from torch import nn
 
@@ -19,11 +30,80 @@ from zebractl.model.ops import KernelOptions
 Tensor = torch.Tensor
 
 
-def tp_group():
-    """Megatron's tensor-parallel group (passed explicitly: megatron deprecates the implicit one)."""
-    from megatron.core import parallel_state
+class OneRank:
+    """Stands in for a one-process group where megatron only asks for a group's size and rank.
 
-    return parallel_state.get_tensor_model_parallel_group()
+    Needed for the context-parallel group: megatron's RoPE application falls back to the global
+    parallel state when given None, and that state exists only after ``initialize_model_parallel``.
+    """
+
+    def size(self) -> int:
+        return 1
+
+    def rank(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "OneRank()"
+
+
+def process_groups():
+    """The process groups the megatron modules are built with (passed explicitly, never looked up).
+
+    The caller's groups when it has set up megatron's parallel state (training: DDP and checkpoints
+    need them); otherwise, for a model built without ``torch.distributed`` (planning, tests, export),
+    no tensor/pipeline group (megatron reads None as one rank) and a :class:`OneRank` context group.
+    """
+    from megatron.core import parallel_state
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    if parallel_state.model_parallel_is_initialized():
+        return ProcessGroupCollection.use_mpu_process_groups(
+            required_pgs=["tp", "pp", "cp", "embd"]
+        )
+    return ProcessGroupCollection(tp=None, pp=None, cp=OneRank(), embd=None)
+
+
+def tp_group():
+    """The tensor-parallel group of :func:`process_groups` (None without parallel state)."""
+    return process_groups().tp
+
+
+class RowLinear(RowParallelLinear):
+    """megatron's RowParallelLinear at tensor-parallel size 1, usable without a process group.
+
+    Same parameters, checkpoint layout and matmul (megatron's own autograd function); the output
+    all-reduce over the tensor-parallel group, the identity on one rank, is skipped because megatron
+    asserts a real group for it.
+    """
+
+    def forward(self, input_: Tensor) -> tuple[Tensor, Tensor | None]:
+        out = self._forward_impl(
+            input=input_,
+            weight=self.weight,
+            bias=None,
+            gradient_accumulation_fusion=self.gradient_accumulation_fusion,
+            allreduce_dgrad=False,
+            sequence_parallel=False,
+            tp_group=self.tp_group,  # unused without the two above; None only without a group
+            grad_output_buffer=None,
+        )
+        if self.skip_bias_add:
+            return out, self.bias
+        return (out + self.bias if self.bias is not None else out), None
+
+
+class VocabEmbedding(VocabParallelEmbedding):
+    """megatron's VocabParallelEmbedding at tensor-parallel size 1, usable without a process group.
+
+    The vocabulary masking and the all-reduce of the tensor-parallel version are identities on one
+    rank, and megatron asserts a real group for them; the lookup is megatron's.
+    """
+
+    def forward(self, input_: Tensor) -> Tensor:
+        if self.deterministic_mode:
+            return self.weight[input_]
+        return F.embedding(input_, self.weight)
 
 
 class Norm(nn.Module):
@@ -101,9 +181,10 @@ class SwiGLUMLP(MegatronModule):
             bias=config.add_bias_linear,
             gather_output=False,
             skip_bias_add=False,
+            disable_grad_reduce=True,  # tp = 1: no input-gradient all-reduce, no process group
             tp_group=tp_group(),
         )
-        self.linear_fc2 = RowParallelLinear(
+        self.linear_fc2 = RowLinear(
             f,
             config.hidden_size,
             config=config,
@@ -119,6 +200,10 @@ class SwiGLUMLP(MegatronModule):
         gate, up = h.chunk(2, dim=-1)
         out, _ = self.linear_fc2(ops.swiglu(self.opts, gate, up))
         return out
+
+
+MLPS = {"swiglu": SwiGLUMLP}
+"""model.ffn_activation -> the MLP sublayer's module."""
 
 
 class _Residual(MegatronModule):

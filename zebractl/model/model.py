@@ -12,24 +12,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from megatron.core.models.common.language_module.language_module import LanguageModule
-from megatron.core.tensor_parallel.layers import ColumnParallelLinear, VocabParallelEmbedding
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear
 from megatron.core.transformer.module import MegatronModule
 from torch import nn
 
 from zebractl.model import ops
 from zebractl.model.attention import build_mla
 from zebractl.model.layers import (
+    MLPS,
     AttentionSublayer,
     MixerSublayer,
     MLPSublayer,
     Norm,
-    SwiGLUMLP,
+    VocabEmbedding,
     norm_factory,
-    tp_group,
+    process_groups,
 )
 from zebractl.model.mixers import MIXERS
 from zebractl.model.ops import KernelOptions
 from zebractl.schemas.preset import ModelConfig
+from zebractl.schemas.recipe import KernelsConfig
 
 Tensor = torch.Tensor
 
@@ -37,14 +39,14 @@ Tensor = torch.Tensor
 class _Embedding(MegatronModule):
     """Token embedding (megatron's VocabParallelEmbedding) with embedding dropout; batch-first."""
 
-    def __init__(self, config, vocab_size: int) -> None:
+    def __init__(self, config, vocab_size: int, tp_group) -> None:
         super().__init__(config=config)
-        self.word_embeddings = VocabParallelEmbedding(
+        self.word_embeddings = VocabEmbedding(
             vocab_size,
             config.hidden_size,
             init_method=config.embedding_init_method,
             config=config,
-            tp_group=tp_group(),
+            tp_group=tp_group,
         )
 
     def forward(self, input_ids: Tensor) -> Tensor:
@@ -63,7 +65,7 @@ class ZebraStack(MegatronModule):
         for i, sub in enumerate(m.sublayers):
             norm = Norm(h, eps, kind, opts)
             if sub == "mlp":
-                layers.append(MLPSublayer(config, norm, SwiGLUMLP(config, opts)))
+                layers.append(MLPSublayer(config, norm, MLPS[m.ffn_activation](config, opts)))
             elif sub == "mla":
                 attn = build_mla(config, i + 1, norm_factory(kind, opts), opts)
                 layers.append(AttentionSublayer(config, norm, attn))
@@ -82,13 +84,15 @@ class ZebraModel(LanguageModule):
     """Embedding -> ZebraStack -> (tied) LM head, on megatron-core."""
 
     def __init__(self, m: ModelConfig, config, opts: KernelOptions) -> None:
-        super().__init__(config=config)
+        pgs = process_groups()
+        super().__init__(config=config, pg_collection=pgs)
         self.model_config, self.opts = m, opts
         self.pre_process = self.post_process = True
         self.share_embeddings_and_output_weights = m.tie_embeddings
         self.vocab_size = m.padded_vocab_size
-        self.embedding = _Embedding(config, self.vocab_size)
+        self.embedding = _Embedding(config, self.vocab_size, pgs.tp)
         self.decoder = ZebraStack(m, config, opts)
+        # holds the weight only (forward applies it with ops.lm_loss or F.linear)
         self.output_layer = ColumnParallelLinear(
             m.hidden_size,
             self.vocab_size,
@@ -98,9 +102,14 @@ class ZebraModel(LanguageModule):
             skip_bias_add=False,
             gather_output=False,
             skip_weight_param_allocation=m.tie_embeddings,
-            tp_group=tp_group(),
+            disable_grad_reduce=True,
+            tp_group=pgs.tp,
         )
         self.setup_embeddings_and_output_layer()
+
+    def _set_attention_backend(self) -> None:
+        """No-op: megatron's version exports NVTE_* variables into ``os.environ`` (a process-wide
+        side effect) to steer Transformer Engine's attention, which this model does not use."""
 
     @property
     def lm_head_weight(self) -> Tensor:
@@ -130,7 +139,7 @@ class ZebraModel(LanguageModule):
 def build_model(
     m: ModelConfig,
     *,
-    kernels: object | None = None,
+    kernels: KernelsConfig | None = None,
     device: str | torch.device = "cpu",
     seed: int = 1234,
     params_dtype: torch.dtype = torch.float32,
@@ -139,18 +148,20 @@ def build_model(
     """Build and initialise a model on ``device`` (``"meta"`` allocates nothing).
 
     ``kernels`` is a recipe's KernelsConfig (None = defaults with backend auto).
+
+    No process-wide side effect: no process group is created (the model runs without one; training
+    and sharded checkpoints need the caller's, set up before building, e.g. by
+    ``zebractl.runtime.dist.ensure_initialized``, and the model then uses its groups), and megatron's
+    patches are scoped to the constructor that needs them.
     """
     from zebractl.model.init import initialize
     from zebractl.model.megatron_config import transformer_config
-    from zebractl.runtime import dist, megatron_compat
 
     if tp != 1:
         raise NotImplementedError(
             "tensor parallelism is not supported yet (recurrent mixers are "
             "tp=1 only); use data parallelism"
         )
-    megatron_compat.apply()
-    dist.ensure_initialized(tp=tp)
     opts = kernel_options(kernels, device)
     # Build and initialise in fp32 (identical values whatever the training dtype), then cast.
     config = transformer_config(m, tp=tp, params_dtype=torch.float32)
@@ -176,9 +187,8 @@ def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:
             p.data = p.data.to(dtype)
 
 
-def kernel_options(kernels: object | None, device: str | torch.device) -> KernelOptions:
-    """KernelOptions from a recipe's kernels section, with the backend resolved for ``device``."""
-    if kernels is None:
-        return KernelOptions(backend=ops.resolve_backend("auto", device))
-    fields = {k: getattr(kernels, k) for k in KernelOptions.__dataclass_fields__ if k != "backend"}
-    return KernelOptions(backend=ops.resolve_backend(kernels.backend, device), **fields)
+def kernel_options(kernels: KernelsConfig | None, device: str | torch.device) -> KernelOptions:
+    """KernelOptions over a recipe's kernels section (defaults when None), the backend resolved for
+    ``device``."""
+    k = KernelsConfig() if kernels is None else kernels
+    return KernelOptions(backend=ops.resolve_backend(k.backend, device), kernels=k)

@@ -9,13 +9,14 @@ the decay gate and the beta sigmoid where it is cheapest (FLA: inside the kernel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from zebractl.model.ops import torch_ops as T
+from zebractl.schemas.recipe import KernelsConfig
 
 Tensor = torch.Tensor
 Backend = Literal["fla", "torch"]
@@ -23,21 +24,18 @@ Backend = Literal["fla", "torch"]
 
 @dataclass(frozen=True)
 class KernelOptions:
-    """The kernel switches of a recipe that change how the math is executed (never what it is)."""
+    """How the math is executed (never what it is): the resolved backend and the recipe's toggles.
+
+    The toggles are not repeated here: ``kernels`` is the recipe's ``KernelsConfig`` itself, and the
+    ops read ``opts.kernels.<toggle>``, so a toggle is declared once, in the schema. ``backend`` is
+    resolved for the device (``kernels.backend`` may still say ``auto``).
+    """
 
     backend: Backend
-    fused_rmsnorm: bool = True
-    fused_gated_norm: bool = True
-    fused_swiglu: bool = True
-    fused_short_conv: bool = True
-    fused_linear_cross_entropy: bool = True
-    fused_ce_chunks: int = 32
-    kda_gate_in_kernel: bool = True
-    gdn_gate_in_kernel: bool = True
-    qk_l2norm_in_kernel: bool = True
+    kernels: KernelsConfig = field(default_factory=KernelsConfig)
 
     def fla(self, toggle: bool) -> bool:
-        """Whether to use the FLA kernel for a component with this toggle."""
+        """Whether to use the FLA kernel for a component whose toggle (``kernels.*``) is this."""
         return self.backend == "fla" and toggle
 
 
@@ -88,12 +86,12 @@ def kda(
         from fla.ops.kda import chunk_kda
 
         kwargs: dict = {}
-        if opts.kda_gate_in_kernel:
+        if opts.kernels.kda_gate_in_kernel:
             kwargs |= {"A_log": a_log, "dt_bias": dt_bias, "use_gate_in_kernel": True}
             g = f
         else:
             g = _kda_gate(f, a_log, dt_bias, lower_bound)
-        if not opts.qk_l2norm_in_kernel:
+        if not opts.kernels.qk_l2norm_in_kernel:
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
@@ -103,7 +101,7 @@ def kda(
             v,
             g,
             beta_raw,
-            use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+            use_qk_l2norm_in_kernel=opts.kernels.qk_l2norm_in_kernel,
             use_beta_sigmoid_in_kernel=True,
             allow_neg_eigval=allow_neg_eigval,
             safe_gate=safe_gate,
@@ -141,12 +139,12 @@ def gdn(
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
         kwargs: dict = {}
-        if opts.gdn_gate_in_kernel:
+        if opts.kernels.gdn_gate_in_kernel:
             kwargs |= {"A_log": a_log, "dt_bias": dt_bias, "use_gate_in_kernel": True}
             g = a
         else:
             g = T.gdn_gate(a, a_log, dt_bias)
-        if not opts.qk_l2norm_in_kernel:
+        if not opts.kernels.qk_l2norm_in_kernel:
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
@@ -156,7 +154,7 @@ def gdn(
             v,
             g,
             beta_raw,
-            use_qk_l2norm_in_kernel=opts.qk_l2norm_in_kernel,
+            use_qk_l2norm_in_kernel=opts.kernels.qk_l2norm_in_kernel,
             use_beta_sigmoid_in_kernel=True,
             allow_neg_eigval=allow_neg_eigval,
             **kwargs,
@@ -187,7 +185,7 @@ def ssd(opts: KernelOptions, c: Tensor, b: Tensor, x: Tensor, g: Tensor) -> Tens
 def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """Causal depthwise conv + SiLU over ``[B,T,D]`` with weight ``[D,1,W]``."""
     w = weight.squeeze(1)
-    if opts.fla(opts.fused_short_conv):
+    if opts.fla(opts.kernels.fused_short_conv):
         from fla.modules.causal_conv1d.ops import causal_conv1d
 
         y, _ = causal_conv1d(x, w, bias, activation="silu", backend="triton")
@@ -197,7 +195,7 @@ def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | No
 
 def rms_norm(opts: KernelOptions, x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm (FLA's fused kernel when enabled)."""
-    if opts.fla(opts.fused_rmsnorm):
+    if opts.fla(opts.kernels.fused_rmsnorm):
         from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
 
         return fla_rms_norm(x, weight, None, eps=eps)
@@ -208,7 +206,7 @@ def gated_rms_norm(
     opts: KernelOptions, x: Tensor, gate: Tensor, weight: Tensor, eps: float, activation: str
 ) -> Tensor:
     """``RMSNorm(x) * w * act(gate)`` (FLA FusedRMSNormGated when enabled)."""
-    if opts.fla(opts.fused_gated_norm):
+    if opts.fla(opts.kernels.fused_gated_norm):
         from fla.modules.norm.fused_norm_gate import rms_norm_gated
 
         return rms_norm_gated(x, gate, weight, None, activation=activation, eps=eps)
@@ -217,7 +215,7 @@ def gated_rms_norm(
 
 def swiglu(opts: KernelOptions, gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` (FLA's Triton SwiGLU when enabled)."""
-    if opts.fla(opts.fused_swiglu):
+    if opts.fla(opts.kernels.fused_swiglu):
         from fla.modules.activations.ops import swiglu as fla_swiglu
 
         return fla_swiglu(gate, up)
@@ -233,14 +231,14 @@ def lm_loss(
     """
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
-    if opts.fla(opts.fused_linear_cross_entropy):
+    if opts.fla(opts.kernels.fused_linear_cross_entropy):
         from fla.modules.fused_linear_cross_entropy.ops import fused_linear_cross_entropy_loss
 
         return fused_linear_cross_entropy_loss(
             h,
             y,
             weight,
-            num_chunks=opts.fused_ce_chunks,
+            num_chunks=opts.kernels.fused_ce_chunks,
             reduction="sum",
             ignore_index=ignore_index,
         ).float()
