@@ -9,17 +9,20 @@ import pytest
 import yaml
 
 from zebractl.config import catalog
-from zebractl.schemas.export import file_schemas, render
+from zebractl.schemas.export import REPORTS_DIR, all_schemas, file_schemas, render
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_committed_schemas_are_current():
-    for name, schema in file_schemas().items():
+    for name, schema in all_schemas().items():
         committed = REPO / "schemas" / name
+        assert committed.is_file(), f"schemas/{name} is missing: run `zebractl schema export`"
         assert committed.read_text() == render(schema), (
             f"schemas/{name} is stale: run `zebractl schema export`"
         )
+    exported = {f"{REPORTS_DIR}/{p.name}" for p in (REPO / "schemas" / REPORTS_DIR).iterdir()}
+    assert exported == {n for n in all_schemas() if n.startswith(f"{REPORTS_DIR}/")}
 
 
 def test_export_check_detects_stale_files(cli, tmp_path):
@@ -30,6 +33,25 @@ def test_export_check_detects_stale_files(cli, tmp_path):
     result = cli("schema", "export", "--out", str(out), "--check")
     assert result.exit_code == 3 and "stale" in result.stderr
     assert cli("schema", "export", "--out", str(out)).exit_code == 0
+    assert cli("schema", "export", "--out", str(out), "--check").exit_code == 0
+
+
+def test_export_check_covers_report_schemas(cli, tmp_path):
+    out = tmp_path / "schemas"
+    assert cli("schema", "export", "--out", str(out)).exit_code == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json")) == sorted(
+        all_schemas()
+    )
+    plan = out / REPORTS_DIR / "plan.schema.json"
+    plan.unlink()
+    result = cli("schema", "export", "--out", str(out), "--check")
+    assert result.exit_code == 3 and "plan.schema.json" in result.stderr
+    assert cli("schema", "export", "--out", str(out)).exit_code == 0 and plan.is_file()
+    orphan = out / REPORTS_DIR / "gone.schema.json"  # a report that no longer exists
+    orphan.write_text("{}\n")
+    result = cli("schema", "export", "--out", str(out), "--check")
+    assert result.exit_code == 3 and "gone.schema.json" in result.stderr
+    assert cli("schema", "export", "--out", str(out)).exit_code == 0 and not orphan.exists()
     assert cli("schema", "export", "--out", str(out), "--check").exit_code == 0
 
 

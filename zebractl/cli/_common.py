@@ -10,11 +10,14 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from zebractl.config.errors import ConfigError
+
+if TYPE_CHECKING:  # pydantic is imported only by commands that print a report
+    from zebractl.schemas.reports import Report
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CHECK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 SCHEMA_VERSION = 1
@@ -64,10 +67,14 @@ def guarded(fn: F) -> F:
         except KeyboardInterrupt:
             err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        except Exception as exc:  # noqa: BLE001 - the CLI boundary: report, don't dump
+        except (SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the CLI boundary (torch's CheckpointException
+            # derives from BaseException): report in one line, don't dump
             if state.verbose:
                 raise
-            err(f"error: {type(exc).__name__}: {exc} (run `zebractl -v ...` for the traceback)")
+            first = (str(exc).strip().splitlines() or [""])[0]
+            err(f"error: {type(exc).__name__}: {first} (run `zebractl -v ...` for the traceback)")
             raise typer.Exit(EXIT_FAILURE) from None
 
     return wrapper  # type: ignore[return-value]
@@ -91,9 +98,14 @@ def require(modules: tuple[str, ...], extra: str, what: str) -> None:
         )
 
 
-def emit_json(doc: dict[str, Any]) -> None:
-    """Write exactly one JSON document to stdout."""
-    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n")
+def emit_json(report: Report) -> None:
+    """Write one report model (``zebractl.schemas.reports``) to stdout as exactly one JSON document.
+
+    Keys are the fields' aliases; a non-finite float is written as null, so the text is always
+    valid JSON (never ``Infinity``/``NaN``). Indented, ASCII-only.
+    """
+    doc = json.loads(report.model_dump_json(by_alias=True))
+    sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
 def _names(kind: str) -> list[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
 from zebractl.cli._common import JSON_HELP, emit_json, guarded
@@ -34,36 +32,30 @@ def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
     from zebractl.config import catalog
     from zebractl.config.resolve import resolve_preset
     from zebractl.layout import model_shapes, numel
+    from zebractl.schemas.reports import PresetEntry, PresetsReport
 
-    items: list[dict[str, Any]] = []
+    items: list[PresetEntry] = []
     for name, path in catalog.shipped("preset").items():
         m = resolve_preset(path).config
-        mixers = sorted(set(m.blocks))  # type: ignore[union-attr]
         items.append(
-            {
-                "name": name,
-                "description": m.description,  # type: ignore[union-attr]
-                "parameters": numel(model_shapes(m)),  # type: ignore[arg-type]
-                "num_blocks": m.num_blocks,
-                "hidden_size": m.hidden_size,  # type: ignore[union-attr]
-                "mixers": mixers,
-                "path": catalog.display_path(path),
-            }
+            PresetEntry(
+                name=name,
+                description=m.description,
+                parameters=numel(model_shapes(m)),  # type: ignore[arg-type]
+                num_blocks=m.num_blocks,  # type: ignore[union-attr]
+                hidden_size=m.hidden_size,  # type: ignore[union-attr]
+                mixers=sorted(set(m.blocks)),  # type: ignore[union-attr]
+                path=catalog.display_path(path),
+            )
         )
     if json_out:
-        emit_json({"presets": items})
+        emit_json(PresetsReport(presets=items))
         return
     _print_table(
         "presets",
         ["name", "params", "blocks", "mixers", "description"],
         [
-            [
-                i["name"],
-                _human(i["parameters"]),
-                str(i["num_blocks"]),
-                "+".join(i["mixers"]),
-                i["description"],
-            ]
+            [i.name, _human(i.parameters), str(i.num_blocks), "+".join(i.mixers), i.description]
             for i in items
         ],
     )
@@ -74,40 +66,41 @@ def recipes(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
     """List the shipped recipes: preset, GPUs, batch, length."""
     from zebractl.config import catalog
     from zebractl.config.resolve import resolve_recipe
+    from zebractl.schemas.reports import RecipeEntry, RecipesReport
 
-    items: list[dict[str, Any]] = []
+    items: list[RecipeEntry] = []
     for name, path in catalog.shipped("recipe").items():
         r = resolve_recipe(path)
         cfg, d = r.run, r.derived
         assert d is not None
         items.append(
-            {
-                "name": name,
-                "description": cfg.description,
-                "preset": cfg.preset,
-                "num_gpus": cfg.parallelism.num_gpus,
-                "micro_batch": cfg.batch.micro,
-                "global_batch": cfg.batch.global_,
-                "seq_length": cfg.data.seq_length,
-                "iterations": d.iterations,
-                "total_tokens": d.total_tokens,
-                "path": catalog.display_path(path),
-            }
+            RecipeEntry(
+                name=name,
+                description=cfg.description,
+                preset=cfg.preset,
+                num_gpus=cfg.parallelism.num_gpus,
+                micro_batch=cfg.batch.micro,
+                global_batch=cfg.batch.global_,
+                seq_length=cfg.data.seq_length,
+                iterations=d.iterations,
+                total_tokens=d.total_tokens,
+                path=catalog.display_path(path),
+            )
         )
     if json_out:
-        emit_json({"recipes": items})
+        emit_json(RecipesReport(recipes=items))
         return
     _print_table(
         "recipes",
         ["name", "preset", "gpus", "batch", "tokens", "description"],
         [
             [
-                i["name"],
-                i["preset"],
-                str(i["num_gpus"]),
-                f"{i['micro_batch']}/{i['global_batch']}x{i['seq_length']}",
-                _human(i["total_tokens"]),
-                i["description"],
+                i.name,
+                i.preset,
+                str(i.num_gpus),
+                f"{i.micro_batch}/{i.global_batch}x{i.seq_length}",
+                _human(i.total_tokens),
+                i.description,
             ]
             for i in items
         ],

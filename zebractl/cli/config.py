@@ -56,16 +56,18 @@ def show(
     values = r.values()
     derived = r.derived
     if json_out:
-        doc: dict[str, Any] = {
-            "kind": r.kind,
-            "name": r.name,
-            "source": r.source,
-            "config": values,
-            "provenance": r.provenance,
-        }
-        if derived is not None:
-            doc["derived"] = derived.model_dump(mode="json")
-        emit_json(doc)
+        from zebractl.schemas.reports import ConfigShowReport
+
+        emit_json(
+            ConfigShowReport(
+                kind=r.kind,
+                name=r.name,
+                source=r.source,
+                config=r.config,
+                provenance=r.provenance,
+                derived=derived,
+            )
+        )
         return
     from rich.console import Console
     from rich.table import Table
@@ -97,26 +99,30 @@ def validate(
     """Validate presets and recipes; exit 2 if any is invalid."""
     from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_any
+    from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
 
     results = []
     for path in paths:
         try:
             r = resolve_any(path)
         except ConfigError as exc:
-            results.append({"path": path, "ok": False, "errors": exc.problems})
+            results.append(ConfigValidateResult(path=path, ok=False, errors=list(exc.problems)))
             continue
-        results.append({"path": path, "ok": True, "kind": r.kind, "name": r.name, "errors": []})
+        results.append(
+            ConfigValidateResult(path=path, ok=True, kind=r.kind, name=r.name, errors=[])
+        )
+    report = ConfigValidateReport(results=results, ok=all(x.ok for x in results))
     if json_out:
-        emit_json({"results": results, "ok": all(x["ok"] for x in results)})
+        emit_json(report)
     else:
         for res in results:
-            if res["ok"]:
-                print(f"ok       {res['path']} ({res['kind']} {res['name']})")
+            if res.ok:
+                print(f"ok       {res.path} ({res.kind} {res.name})")
             else:
-                print(f"invalid  {res['path']}")
-                for line in res["errors"]:
+                print(f"invalid  {res.path}")
+                for line in res.errors:
                     err(f"  {line}")
-    if not all(x["ok"] for x in results):
+    if not report.ok:
         raise typer.Exit(EXIT_USAGE)
 
 
@@ -129,23 +135,23 @@ def diff(
 ) -> None:
     """Show the resolved values that differ between two configs, with their sources."""
     from zebractl.config.resolve import resolve_any
+    from zebractl.schemas.reports import ConfigDifference, ConfigDiffReport
 
     ra, rb = resolve_any(a), resolve_any(b)
     fa, fb = _flat(ra.values()), _flat(rb.values())
-    rows = []
-    for key in sorted(set(fa) | set(fb)):
-        if fa.get(key, "<absent>") != fb.get(key, "<absent>"):
-            rows.append(
-                {
-                    "key": key,
-                    "a": fa.get(key),
-                    "b": fb.get(key),
-                    "a_source": ra.provenance.get(key),
-                    "b_source": rb.provenance.get(key),
-                }
-            )
+    rows = [
+        ConfigDifference(
+            key=key,
+            a=fa.get(key),
+            b=fb.get(key),
+            a_source=ra.provenance.get(key),
+            b_source=rb.provenance.get(key),
+        )
+        for key in sorted(set(fa) | set(fb))
+        if fa.get(key, "<absent>") != fb.get(key, "<absent>")
+    ]
     if json_out:
-        emit_json({"a": ra.source, "b": rb.source, "differences": rows})
+        emit_json(ConfigDiffReport(a=ra.source, b=rb.source, differences=rows))
         return
     if not rows:
         print(f"no differences between {ra.source} and {rb.source}")
@@ -157,7 +163,5 @@ def diff(
     for col in ("key", "a", "b", "a source", "b source"):
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(
-            row["key"], _fmt(row["a"]), _fmt(row["b"]), str(row["a_source"]), str(row["b_source"])
-        )
+        table.add_row(row.key, _fmt(row.a), _fmt(row.b), str(row.a_source), str(row.b_source))
     Console(width=max(Console().width, 140)).print(table)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,6 +14,9 @@ from zebractl.cli._common import (
     emit_json,
     guarded,
 )
+
+if TYPE_CHECKING:  # pydantic models load only when the command runs
+    from zebractl.schemas.reports import PlanReport
 
 
 def _n(x: float) -> str:
@@ -39,65 +42,63 @@ def plan(
 
     ref: str | Path = Path(recipe) if looks_like_path(recipe) or Path(recipe).is_file() else recipe
     r = resolve_recipe(ref, set_)
-    doc = Plan(r.source, r.run).to_dict()
+    report = Plan(r.source, r.run).report()
     if json_out:
-        emit_json(doc)
+        emit_json(report)
         return
-    _print(doc)
+    _print(report)
 
 
-def _print(doc: dict[str, Any]) -> None:
+def _print(doc: PlanReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=max(Console().width, 110))
-    p, f, t, b, mem = (
-        doc["parameters"],
-        doc["flops"],
-        doc["tokens"],
-        doc["batch"],
-        doc["memory_per_gpu"],
+    p, f, t, b, mem = doc.parameters, doc.flops, doc.tokens, doc.batch, doc.memory_per_gpu
+    console.print(f"[bold]plan[/bold] {doc.recipe} (preset {doc.preset})")
+    for text in (doc.description, doc.preset_description):
+        if text:
+            console.print(f"  {text}", markup=False)
+    sq = doc.sequence
+    console.print(
+        f"sequence length {_n(sq.length)} (the model takes up to {_n(sq.max)}: {sq.limited_by})"
     )
-    console.print(f"[bold]plan[/bold] {doc['recipe']} (preset {doc['preset']})")
     params = Table(title="parameters (exact)", title_justify="left")
     for col in ("part", "count", "each", "total"):
         params.add_column(col, justify="left" if col == "part" else "right")
-    params.add_row("embedding", "", "", _n(p["embedding"]))
-    for kind, row in p["by_sublayer"].items():
-        params.add_row(f"{kind} sublayers", str(row["count"]), _n(row["each"]), _n(row["total"]))
-    params.add_row("final norm", "", "", _n(p["final_norm"]))
-    params.add_row(
-        "output layer", "", "", "tied" if not p["output_layer"] else _n(p["output_layer"])
-    )
-    params.add_row("[bold]total[/bold]", "", "", f"[bold]{_n(p['total'])}[/bold]")
-    if p.get("built") is not None:
-        check = "equal" if p["built"] == p["total"] else "MISMATCH"
-        params.add_row("built model (meta)", "", "", f"{_n(p['built'])} ({check})")
+    params.add_row("embedding", "", "", _n(p.embedding))
+    for kind, row in p.by_sublayer.items():
+        params.add_row(f"{kind} sublayers", str(row.count), _n(row.each), _n(row.total))
+    params.add_row("final norm", "", "", _n(p.final_norm))
+    params.add_row("output layer", "", "", "tied" if not p.output_layer else _n(p.output_layer))
+    params.add_row("[bold]total[/bold]", "", "", f"[bold]{_n(p.total)}[/bold]")
+    if p.built is not None:
+        check = "equal" if p.built == p.total else "MISMATCH"
+        params.add_row("built model (meta)", "", "", f"{_n(p.built)} ({check})")
     console.print(params)
-    sub = doc["pattern"]["blocks"]
+    sub = doc.pattern.blocks
     console.print(
-        f"pattern ({len(sub)} blocks, {len(doc['pattern']['sublayers'])} sublayers): "
-        + " ".join(sub)
+        f"pattern ({len(sub)} blocks, {len(doc.pattern.sublayers)} sublayers): " + " ".join(sub)
     )
-    br = f["forward_breakdown"]
+    br = f.forward_breakdown
     console.print(
-        f"FLOPs/token at seq {f['seq_length']}: forward {_n(f['per_token_forward'])} "
-        f"(linear {_n(br['linear'])}, recurrent {_n(br['recurrent'])}, attention "
-        f"{_n(br['attention'])}, conv {_n(br['conv'])}, lm head {_n(br['lm_head'])}); "
-        f"training {_n(f['per_token_training'])} (6N = {_n(f['six_n_per_token'])})"
-    )
-    console.print(
-        f"tokens: {_n(t['per_step'])}/step x {_n(t['iterations'])} iterations = "
-        f"{_n(t['total'])}; training FLOPs {f['total_training']:.3e}"
+        f"FLOPs/token at seq {f.seq_length}: forward {_n(f.per_token_forward)} "
+        f"(linear {_n(br.linear)}, recurrent {_n(br.recurrent)}, attention "
+        f"{_n(br.attention)}, conv {_n(br.conv)}, lm head {_n(br.lm_head)}); "
+        f"training {_n(f.per_token_training)} (6N = {_n(f.six_n_per_token)})"
     )
     console.print(
-        f"batch: micro {b['micro']} x data-parallel {b['data_parallel']} x accumulation "
-        f"{b['grad_accumulation']} = global {b['global']} "
-        f"({b['num_gpus']} GPUs, tp {b['tp']}, pp {b['pp']}, cp {b['cp']})"
+        f"tokens: {_n(t.per_step)}/step x {_n(t.iterations)} iterations = "
+        f"{_n(t.total)}; training FLOPs {f.total_training:.3e}"
     )
     console.print(
-        f"memory/GPU (estimate): params+grads {mem['params_and_grads_gib']} GiB, "
-        f"optimizer {mem['optimizer_gib']} GiB, activations {mem['activations_gib']} "
-        f"GiB, total {mem['total_gib']} GiB ({mem['scheme']})",
+        f"batch: micro {b.micro} x data-parallel {b.data_parallel} x accumulation "
+        f"{b.grad_accumulation} = global {b.global_} "
+        f"({b.num_gpus} GPUs, tp {b.tp}, pp {b.pp}, cp {b.cp})"
+    )
+    console.print(
+        f"memory/GPU (estimate): params+grads {mem.params_and_grads_gib} GiB, "
+        f"optimizer {mem.optimizer_gib} GiB, activations {mem.activations_gib} "
+        f"GiB, total {mem.total_gib} GiB ({mem.scheme})",
         markup=False,
     )

@@ -106,7 +106,9 @@ def prepare(
     with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
         manifest = run(opts, workers=n, on_progress=on_progress)
     if json_out:
-        emit_json({"output": str(output), "manifest": manifest})
+        from zebractl.schemas.reports import PrepareReport
+
+        emit_json(PrepareReport.model_validate({"output": str(output), "manifest": manifest}))
         return
     t, run_info = manifest["totals"], manifest["run"]
     secs = max(run_info["seconds"], 1e-9)
@@ -137,7 +139,9 @@ def _verify(folder: Path, json_out: bool) -> None:
 
     report = verify(folder)
     if json_out:
-        emit_json({"folder": str(folder), **report})
+        from zebractl.schemas.reports import VerifyReport
+
+        emit_json(VerifyReport.model_validate({"folder": str(folder), **report}))
     else:
         c = report["checked"]
         status = "ok" if report["ok"] else "FAILED"

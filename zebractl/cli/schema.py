@@ -1,4 +1,4 @@
-"""`zebractl schema export`: JSON Schema files so editors validate and complete YAMLs."""
+"""`zebractl schema export`: JSON Schema files for editors (presets, recipes) and for --json reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import typer
 
 from zebractl.cli._common import CheckFailed, guarded
 
-app = typer.Typer(help="JSON Schema files for presets and recipes.", no_args_is_help=True)
+app = typer.Typer(
+    help="JSON Schema files for presets, recipes and --json reports.", no_args_is_help=True
+)
 
 
 @app.command("export")
@@ -19,11 +21,15 @@ def export(
         False, "--check", help="Write nothing; exit 3 if the files in --out are stale."
     ),
 ) -> None:
-    """Write schemas/preset.schema.json and schemas/recipe.schema.json from the Pydantic models."""
-    from zebractl.schemas.export import file_schemas, render
+    """Write schemas/{preset,recipe}.schema.json and schemas/reports/*.schema.json from the models.
 
+    A file in schemas/reports/ that no report produces any more is stale too: export removes it.
+    """
+    from zebractl.schemas.export import REPORTS_DIR, all_schemas, render
+
+    schemas = all_schemas()
     stale = []
-    for name, schema in file_schemas().items():
+    for name, schema in schemas.items():
         path = out / name
         text = render(schema)
         current = path.read_text(encoding="utf-8") if path.is_file() else None
@@ -32,13 +38,25 @@ def export(
                 stale.append(str(path))
             continue
         if current != text:
-            out.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)
             print(f"wrote {path}")
         else:
             print(f"up to date {path}")
+    reports = out / REPORTS_DIR
+    orphans = sorted(
+        p
+        for p in (reports.glob("*.schema.json") if reports.is_dir() else [])
+        if f"{REPORTS_DIR}/{p.name}" not in schemas
+    )
+    for path in orphans:
+        if check:
+            stale.append(f"{path} (no report has this name)")
+        else:
+            path.unlink()
+            print(f"removed {path}")
     if stale:
         raise CheckFailed(f"stale: {', '.join(stale)}; run `zebractl schema export`")
     if check:

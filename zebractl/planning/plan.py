@@ -13,8 +13,9 @@ from typing import Any
 
 from zebractl.layout import SUBLAYER_SHAPES, model_shapes, numel
 from zebractl.planning.flops import flops_per_token
-from zebractl.schemas.preset import ModelConfig
+from zebractl.schemas.preset import ModelConfig, max_sequence_length
 from zebractl.schemas.recipe import Derived, RunConfig, derive
+from zebractl.schemas.reports import PlanReport
 
 GIB = 1024**3
 
@@ -131,16 +132,24 @@ class Plan:
     recipe: str
     cfg: RunConfig
 
+    def report(self) -> PlanReport:
+        """The typed document of `zebractl plan --json` (:meth:`to_dict`, validated)."""
+        return PlanReport.model_validate(self.to_dict())
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document of `zebractl plan --json` (without the schema_version envelope)."""
+        """The plan as plain data: the fields of :class:`PlanReport` without ``schema_version``."""
         cfg, m = self.cfg, self.cfg.model
         d = derive(cfg)
         params = parameter_report(m)
         params["built"] = built_parameter_count(m)
         fl = flops_per_token(m, cfg.data.seq_length)
+        limit, why = max_sequence_length(m)
         return {
             "recipe": self.recipe,
             "preset": cfg.preset,
+            "description": cfg.description,
+            "preset_description": m.description,
+            "sequence": {"length": cfg.data.seq_length, "max": limit, "limited_by": why},
             "parameters": params,
             "pattern": {
                 "blocks": m.blocks,

@@ -1,8 +1,11 @@
-"""JSON Schema files for editors (``schemas/*.schema.json``), generated from the Pydantic models.
+"""JSON Schema files generated from the Pydantic models, written under the top-level ``schemas/``.
 
-File schemas differ from the resolved models in two ways: they accept the ``extends`` inheritance
-key, and nothing is marked required (a file may inherit required values through ``extends``, or a
-recipe's ``model:`` may override only a few keys). Unknown keys stay errors.
+- ``preset.schema.json`` and ``recipe.schema.json``, for editors. File schemas differ from the
+  resolved models in two ways: they accept the ``extends`` inheritance key, and nothing is marked
+  required (a file may inherit required values through ``extends``, or a recipe's ``model:`` may
+  override only a few keys). Unknown keys stay errors.
+- ``reports/<command>.schema.json``: the ``--json`` document of each command
+  (:data:`zebractl.schemas.reports.REPORTS`), exactly as the models validate it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ from typing import Any
 
 from zebractl.schemas.preset import ModelConfig
 from zebractl.schemas.recipe import RunConfig
+from zebractl.schemas.reports import REPORTS
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+REPORTS_DIR = "reports"
 
 _EXTENDS = {
     "type": "string",
@@ -33,13 +40,29 @@ def file_schemas() -> dict[str, dict[str, Any]]:
     preset = _relax(ModelConfig.model_json_schema(by_alias=True))
     preset["properties"] = {"extends": _EXTENDS, **preset["properties"]}
     preset["title"] = "zebractl preset"
-    preset["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    preset["$schema"] = DIALECT
 
     recipe = _relax(RunConfig.model_json_schema(by_alias=True))
     recipe["properties"] = {"extends": _EXTENDS, **recipe["properties"]}
     recipe["title"] = "zebractl recipe"
-    recipe["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    recipe["$schema"] = DIALECT
     return {"preset.schema.json": preset, "recipe.schema.json": recipe}
+
+
+def report_schemas() -> dict[str, dict[str, Any]]:
+    """{path under schemas/: JSON Schema} of every command's ``--json`` document."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in REPORTS:
+        schema = model.model_json_schema(by_alias=True)
+        schema["title"] = f"zebractl {model.command} --json"
+        schema["$schema"] = DIALECT
+        out[f"{REPORTS_DIR}/{model.schema_file()}"] = schema
+    return out
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """{path under schemas/: JSON Schema} of every generated file."""
+    return file_schemas() | report_schemas()
 
 
 def render(schema: dict[str, Any]) -> str:

@@ -1,0 +1,604 @@
+"""Typed ``--json`` documents: one model per command output.
+
+Every command that takes ``--json`` builds one of the :class:`Report` models below and prints it with
+:func:`zebractl.cli._common.emit_json`, so stdout carries exactly one JSON document whose layout is
+this module. ``zebractl schema export`` writes the JSON Schema of each report to
+``schemas/reports/<command>.schema.json`` (see :data:`REPORTS`).
+
+JSON has no Infinity or NaN: computed floats are :class:`~pydantic.FiniteFloat` (a non-finite value
+is a bug and fails when the report is built), and free-form values (a config value in ``config
+diff``, a non-finite value given with ``--set``) are written as ``null``.
+
+Nothing heavy is imported here: only pydantic and the config schemas.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, FiniteFloat, JsonValue
+
+from zebractl.schemas.base import StrictModel
+from zebractl.schemas.preset import Mixer, ModelConfig, Sublayer
+from zebractl.schemas.recipe import Derived, RunConfig
+
+Split = Literal["train", "valid"]
+
+
+class Report(StrictModel):
+    """Base of every top-level ``--json`` document."""
+
+    command: ClassVar[str] = ""
+    """The command line that prints this report (names its schema file)."""
+
+    schema_version: Literal[1] = 1
+    """Layout version of this document; changes only with a breaking change (see CHANGELOG)."""
+
+    @classmethod
+    def schema_file(cls) -> str:
+        """File name of the exported JSON Schema in ``schemas/reports/``, e.g. ``config-show.schema.json``."""
+        slug = cls.command.replace(" --", "-").replace(" ", "-")
+        return f"{slug}.schema.json"
+
+
+# ---- zebractl plan ---------------------------------------------------------------------------------
+
+
+class SublayerParameters(StrictModel):
+    """Parameters of one sublayer type."""
+
+    count: int
+    """How many sublayers of this type the model has."""
+    each: int
+    """Parameters of one such sublayer."""
+    total: int
+    """count * each."""
+
+
+class PlanParameters(StrictModel):
+    """Exact parameter counts (from the tensor layout, not a formula)."""
+
+    total: int
+    """All parameters of the model."""
+    embedding: int
+    """Input embedding: padded vocabulary * hidden size."""
+    output_layer: int
+    """Untied output layer (LM head); 0 when tied to the embedding."""
+    final_norm: int
+    """The final norm before the output layer."""
+    non_embedding: int
+    """total - embedding - output_layer."""
+    by_sublayer: dict[Sublayer, SublayerParameters]
+    """Per sublayer type (mixers and mlp): count, parameters each, total."""
+    tensors: int
+    """Number of parameter tensors."""
+    built: int | None = None
+    """Parameters of the model built on the meta device; null without the runtime installed."""
+
+
+class PlanPattern(StrictModel):
+    """The resolved layer pattern."""
+
+    blocks: list[Mixer]
+    """Mixer of each block, in order."""
+    sublayers: list[Sublayer]
+    """Every sublayer in order (each block's mixer, then its mlp where it has one)."""
+    counts: dict[Sublayer, int]
+    """How many sublayers of each type."""
+
+
+class ForwardFlops(StrictModel):
+    """Forward FLOPs per token by component (one multiply-add = 2 FLOPs)."""
+
+    linear: int
+    """Matmuls of every weight matrix except the LM head."""
+    conv: int
+    """Depthwise short convolutions."""
+    recurrent: int
+    """Chunked recurrent terms (KDA/GDN delta rule, Mamba2 SSD)."""
+    attention: int
+    """Causal softmax attention (MLA) at the plan's sequence length."""
+    lm_head: int
+    """The output layer (counted whether tied or not)."""
+
+
+class PlanFlops(StrictModel):
+    """FLOPs per token, per step and for the whole run."""
+
+    per_token_forward: int
+    """Forward FLOPs per token."""
+    per_token_training: int
+    """Forward + backward FLOPs per token (3x forward)."""
+    per_step_training: int
+    """Training FLOPs of one optimizer step (all GPUs)."""
+    total_training: int
+    """Training FLOPs of the whole run."""
+    six_n_per_token: int
+    """The 6N rule of thumb for comparison: 6 * (non-embedding + LM head parameters)."""
+    forward_breakdown: ForwardFlops
+    """per_token_forward by component."""
+    seq_length: int
+    """Sequence length the attention term is counted at."""
+
+
+class PlanTokens(StrictModel):
+    """Tokens of the run."""
+
+    per_step: int
+    """Global batch * sequence length."""
+    iterations: int
+    """Optimizer steps."""
+    total: int
+    """per_step * iterations."""
+
+
+class PlanBatch(StrictModel):
+    """Batch and parallel layout."""
+
+    micro: int
+    """Sequences per GPU per forward/backward."""
+    data_parallel: int
+    """Data-parallel replicas: num_gpus / (tp * pp * cp)."""
+    grad_accumulation: int
+    """Micro-batches accumulated per step: global / (micro * data_parallel)."""
+    global_: int = Field(alias="global")
+    """Sequences per optimizer step."""
+    num_gpus: int
+    """GPUs of the planned run."""
+    tp: int
+    """Tensor-parallel size."""
+    pp: int
+    """Pipeline-parallel size."""
+    cp: int
+    """Context-parallel size."""
+
+
+class PlanMemory(StrictModel):
+    """Per-GPU memory estimate."""
+
+    scheme: str
+    """Which bytes per parameter are counted (weights, gradients, optimizer state)."""
+    params_and_grads_gib: FiniteFloat
+    """Weights and gradients, GiB (exact)."""
+    optimizer_gib: FiniteFloat
+    """Optimizer state, GiB (exact; sharded with the distributed optimizer)."""
+    activations_gib: FiniteFloat
+    """Activations kept by autograd for one micro-batch, GiB (an estimate)."""
+    total_gib: FiniteFloat
+    """Sum of the three, GiB."""
+    note: str
+    """What the estimate leaves out."""
+
+
+class PlanSequence(StrictModel):
+    """Training sequence length against the longest the model supports."""
+
+    length: int
+    """data.seq_length."""
+    max: int
+    """Longest sequence the model accepts."""
+    limited_by: str
+    """What sets the maximum (max_position_embeddings, or MLA YaRN scaling)."""
+
+
+class PlanReport(Report):
+    """``zebractl plan RECIPE --json``: parameters, pattern, FLOPs, tokens, batch, memory."""
+
+    command: ClassVar[str] = "plan"
+
+    recipe: str
+    """The recipe as named on the command line (shipped name or path)."""
+    preset: str
+    """The preset the recipe's model starts from."""
+    description: str
+    """The recipe's one-line summary."""
+    preset_description: str
+    """The architecture's one-line summary."""
+    sequence: PlanSequence
+    """Sequence length and the model's limit."""
+    parameters: PlanParameters
+    """Exact parameter counts."""
+    pattern: PlanPattern
+    """Resolved layer pattern."""
+    flops: PlanFlops
+    """FLOPs per token, per step and in total."""
+    tokens: PlanTokens
+    """Tokens per step and in total."""
+    batch: PlanBatch
+    """Batch and parallel layout."""
+    memory_per_gpu: PlanMemory
+    """Per-GPU memory estimate."""
+
+
+# ---- zebractl config show | validate | diff --------------------------------------------------------
+
+
+class ConfigShowReport(Report):
+    """``zebractl config show CONFIG --json``: every resolved value and where it came from."""
+
+    command: ClassVar[str] = "config show"
+
+    kind: Literal["preset", "recipe"]
+    """Whether CONFIG resolved as a preset (an architecture) or a recipe (a run)."""
+    name: str
+    """Name of the config (file stem)."""
+    source: str
+    """The file it was read from, as displayed in messages."""
+    config: RunConfig | ModelConfig
+    """The resolved values, keys as written in YAML: a recipe (kind recipe) or a preset (kind
+    preset). A non-finite value given with --set is written as null."""
+    provenance: dict[str, str]
+    """Source of every leaf value by dotted key: 'default', 'FILE:LINE' or '--set'."""
+    derived: Derived | None = None
+    """Values computed from a recipe; null for a preset."""
+
+
+class ConfigValidateResult(StrictModel):
+    """The verdict on one file or name."""
+
+    path: str
+    """The file or name as given."""
+    ok: bool
+    """Whether it resolved without problems."""
+    kind: Literal["preset", "recipe"] | None = None
+    """What it resolved as; null when invalid."""
+    name: str | None = None
+    """Its name (file stem); null when invalid."""
+    errors: list[str]
+    """One line per problem (FILE:LINE: key: message); empty when ok."""
+
+
+class ConfigValidateReport(Report):
+    """``zebractl config validate PATH... --json``: one verdict per file."""
+
+    command: ClassVar[str] = "config validate"
+
+    results: list[ConfigValidateResult]
+    """Verdicts in the order given."""
+    ok: bool
+    """Whether every file is valid (exit 0); otherwise the exit code is 2."""
+
+
+class ConfigDifference(StrictModel):
+    """One resolved value that differs between the two configs."""
+
+    key: str
+    """Dotted key."""
+    a: JsonValue
+    """Value in the first config; null where absent."""
+    b: JsonValue
+    """Value in the second config; null where absent."""
+    a_source: str | None
+    """Where the first config's value came from; null where absent."""
+    b_source: str | None
+    """Where the second config's value came from; null where absent."""
+
+
+class ConfigDiffReport(Report):
+    """``zebractl config diff A B --json``: the resolved values that differ."""
+
+    command: ClassVar[str] = "config diff"
+
+    a: str
+    """The first config's file."""
+    b: str
+    """The second config's file."""
+    differences: list[ConfigDifference]
+    """Differing values, sorted by key; empty when the configs resolve alike."""
+
+
+# ---- zebractl presets | recipes --------------------------------------------------------------------
+
+
+class PresetEntry(StrictModel):
+    """One shipped preset."""
+
+    name: str
+    """Shipped name (file stem)."""
+    description: str
+    """One-line description from the file."""
+    parameters: int
+    """Exact parameter count."""
+    num_blocks: int
+    """Number of blocks (mixer + mlp)."""
+    hidden_size: int
+    """Model width."""
+    mixers: list[Mixer]
+    """Mixer types used, sorted."""
+    path: str
+    """The file, as displayed in messages."""
+
+
+class PresetsReport(Report):
+    """``zebractl presets --json``: the shipped architecture presets."""
+
+    command: ClassVar[str] = "presets"
+
+    presets: list[PresetEntry]
+    """Every shipped preset, sorted by name."""
+
+
+class RecipeEntry(StrictModel):
+    """One shipped recipe."""
+
+    name: str
+    """Shipped name (file stem)."""
+    description: str
+    """One-line description from the file."""
+    preset: str
+    """The preset it trains."""
+    num_gpus: int
+    """GPUs it is planned for."""
+    micro_batch: int
+    """Sequences per GPU per forward/backward."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    seq_length: int
+    """Tokens per sequence."""
+    iterations: int
+    """Optimizer steps."""
+    total_tokens: int
+    """Tokens of the whole run."""
+    path: str
+    """The file, as displayed in messages."""
+
+
+class RecipesReport(Report):
+    """``zebractl recipes --json``: the shipped recipes."""
+
+    command: ClassVar[str] = "recipes"
+
+    recipes: list[RecipeEntry]
+    """Every shipped recipe, sorted by name."""
+
+
+# ---- zebractl prepare ------------------------------------------------------------------------------
+
+
+class ManifestTokenizer(StrictModel):
+    """The tokenizer a dataset was made with."""
+
+    kind: Literal["hf", "sentencepiece"]
+    """Hugging Face ``tokenizers`` or SentencePiece."""
+    source: str
+    """Where it was loaded from (as given to --tokenizer)."""
+    fingerprint: str
+    """sha256 of the canonical tokenizer content."""
+    vocab_size: int
+    """Vocabulary size, added tokens included; every token id is below it."""
+    bos_id: int | None
+    """BOS token id; null when the tokenizer has none."""
+    eos_id: int | None
+    """EOS token id; null when the tokenizer has none."""
+    path: str
+    """The saved copy, relative to the dataset folder."""
+
+
+class ManifestOptions(StrictModel):
+    """The options that define the dataset (a resume must repeat them)."""
+
+    text_key: str
+    """Record field holding the text."""
+    add_bos: bool
+    """BOS before each document."""
+    add_eos: bool
+    """EOS after each document."""
+    fla_aligned: bool
+    """FLA's preprocessing: documents concatenated and cut into rows of seq_length."""
+    seq_length: int | None
+    """Row length with fla_aligned; null otherwise."""
+    valid_fraction: FiniteFloat
+    """Fraction of documents (rows with fla_aligned) held out as the 'valid' split."""
+    skip_bad: bool
+    """Malformed records were skipped and counted instead of stopping."""
+    shard_bytes: int
+    """Input bytes per shard (about)."""
+
+
+class SplitTotals(StrictModel):
+    """Totals of one split."""
+
+    documents: int
+    """Documents (rows with fla_aligned)."""
+    tokens: int
+    """Tokens."""
+
+
+class ManifestTotals(StrictModel):
+    """Totals over every shard."""
+
+    documents: int
+    """Documents written (rows with fla_aligned)."""
+    tokens: int
+    """Tokens written."""
+    empty_documents: int
+    """Empty or whitespace-only documents skipped."""
+    skipped: dict[str, int]
+    """Bad records skipped with --skip-bad, by reason (e.g. malformed_json)."""
+    dropped_tokens: int
+    """Tokens dropped as row remainders (fla_aligned)."""
+    by_split: dict[Split, SplitTotals]
+    """Documents and tokens per split."""
+
+
+class FileDigest(StrictModel):
+    """Size and checksum of one file."""
+
+    bytes: int
+    """Size in bytes."""
+    sha256: str
+    """sha256 of the content, hex."""
+
+
+class ShardFiles(StrictModel):
+    """The two files of one megatron indexed dataset."""
+
+    bin: FileDigest
+    """The token data (.bin)."""
+    idx: FileDigest
+    """The index (.idx)."""
+
+
+class ManifestShard(StrictModel):
+    """One megatron indexed dataset (one shard, one split)."""
+
+    split: Split
+    """Which split it belongs to."""
+    prefix: str
+    """Path prefix relative to the dataset folder (add .bin / .idx)."""
+    documents: int
+    """Documents (rows with fla_aligned)."""
+    tokens: int
+    """Tokens."""
+    files: ShardFiles
+    """Sizes and checksums of its files."""
+
+
+class ManifestSource(StrictModel):
+    """One input file."""
+
+    path: str
+    """The file."""
+    size: int
+    """Size in bytes."""
+    sha256: str
+    """sha256 of the content, hex."""
+    documents: int
+    """Non-empty documents read from it."""
+    tokens: int
+    """Tokens they produced (with BOS/EOS)."""
+    empty_documents: int
+    """Empty documents skipped."""
+    skipped: dict[str, int]
+    """Bad records skipped, by reason."""
+
+
+class ManifestRun(StrictModel):
+    """Facts about the run that wrote the manifest (not about the data)."""
+
+    seconds: FiniteFloat
+    """Wall time of this run."""
+    shards_resumed: int
+    """Shards found finished from an earlier, interrupted run."""
+    tokens_this_run: int
+    """Tokens tokenized by this run."""
+
+
+class Manifest(StrictModel):
+    """``DIR/manifest.json`` of a prepared dataset: totals, per-shard and per-source facts."""
+
+    schema_version: Literal[1]
+    """Layout version of manifest.json."""
+    zebractl_version: str
+    """zebractl version that wrote it."""
+    created: str
+    """When it was written, UTC, ISO 8601 (YYYY-MM-DDTHH:MM:SSZ)."""
+    tokenizer: ManifestTokenizer
+    """The tokenizer used."""
+    dtype: str
+    """numpy dtype of the token ids (uint16 or int32)."""
+    options: ManifestOptions
+    """The options that define the dataset."""
+    totals: ManifestTotals
+    """Totals over every shard."""
+    splits: dict[Split, list[str]]
+    """Path prefixes of each split's indexed datasets, in order."""
+    shards: list[ManifestShard]
+    """Every indexed dataset, in order."""
+    sources: list[ManifestSource]
+    """Every input file, in order."""
+    run: ManifestRun
+    """Facts about this run."""
+
+
+class PrepareReport(Report):
+    """``zebractl prepare ... --json``: the dataset folder and its manifest."""
+
+    command: ClassVar[str] = "prepare"
+
+    output: str
+    """The dataset folder."""
+    manifest: Manifest
+    """Its manifest.json."""
+
+
+class VerifyChecked(StrictModel):
+    """What ``prepare --verify`` read."""
+
+    outputs: int
+    """Indexed datasets (shard files) listed in the manifest."""
+    documents: int
+    """Documents found in the indexes."""
+    tokens: int
+    """Tokens found in the indexes."""
+    max_token_id: int
+    """Largest token id read; -1 when no tokens were read."""
+    vocab_size: int
+    """The tokenizer's vocabulary size from the manifest."""
+    dtype: str
+    """numpy dtype of the token ids."""
+
+
+class VerifyReport(Report):
+    """``zebractl prepare --verify DIR --json``: a prepared dataset checked against its manifest."""
+
+    command: ClassVar[str] = "prepare --verify"
+
+    folder: str
+    """The dataset folder."""
+    ok: bool
+    """Whether everything matched (exit 0); otherwise the exit code is 3."""
+    problems: list[str]
+    """One line per mismatch; empty when ok."""
+    checked: VerifyChecked
+    """What was read."""
+
+
+# ---- zebractl train ---------------------------------------------------------------------------------
+
+
+class TrainReport(Report):
+    """``zebractl train RECIPE --json``: what the run did (one process, or the launcher)."""
+
+    command: ClassVar[str] = "train"
+
+    launched: Literal["train", "torchrun", "slurm"]
+    """train: this process trained; torchrun: it launched --nproc workers (their own output is
+    the run directory); slurm: it wrote (and maybe submitted) a batch script."""
+    run_dir: str
+    """The run directory."""
+    exit_code: int
+    """The exit code of the command: 0 done, 130/143/138 stopped by SIGINT/SIGTERM/SIGUSR1 after
+    saving, or the launcher's or sbatch's code."""
+    stopped: Literal["done", "signal", "limit"] | None = None
+    """How training ended (train only)."""
+    iterations: int | None = None
+    """Optimizer steps completed (train only)."""
+    resumed_from: int | None = None
+    """Iteration of the checkpoint this process resumed from."""
+    final_loss: FiniteFloat | None = None
+    """Training loss of the last logging interval."""
+    val_loss: FiniteFloat | None = None
+    """The last validation loss."""
+    skipped: int = 0
+    """Updates skipped for non-finite values (nonfinite.action skip)."""
+    checkpoint: str | None = None
+    """The newest checkpoint folder."""
+    metrics: str
+    """The run's metrics.jsonl."""
+    script: str | None = None
+    """The Slurm batch script (slurm only)."""
+
+
+REPORTS: tuple[type[Report], ...] = (
+    PlanReport,
+    ConfigShowReport,
+    ConfigValidateReport,
+    ConfigDiffReport,
+    PresetsReport,
+    RecipesReport,
+    PrepareReport,
+    VerifyReport,
+    TrainReport,
+)
+"""Every --json document, one per command; each has a JSON Schema in schemas/reports/."""
