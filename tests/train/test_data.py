@@ -44,7 +44,7 @@ def test_blend_weights_follow_entries_not_shards(tmp_path):
     b = _prepared(tmp_path, "b", TEXT[:10])
     spec = resolve_data(_cfg(a, b, weights=[3.0, 1.0]))
     by_entry = {}
-    for s in spec.shards:
+    for s in spec.train:
         by_entry.setdefault(s.prefix.split("/shards/")[0], 0.0)
         by_entry[s.prefix.split("/shards/")[0]] += s.weight
     assert by_entry == {str(a): pytest.approx(3.0), str(b): pytest.approx(1.0)}
@@ -55,12 +55,12 @@ def test_gpt_dataset_samples(tmp_path):
     out = _prepared(tmp_path, "a", TEXT)
     cfg = _cfg(out)
     dist.ensure_initialized()
-    train, valid, _ = build_datasets(cfg, resolve_data(cfg), (40, 4, 0), tmp_path / "cache")
-    assert len(train) >= 40
+    train, valid = build_datasets(cfg, resolve_data(cfg), 40, 4, tmp_path / "cache")
+    assert len(train) >= 40 and len(valid) >= 4  # the recipe's 98/2/0 split
     sample = train[0]
     assert sample["tokens"].shape == (128,) and sample["labels"].shape == (128,)
     assert torch.equal(sample["tokens"][1:], sample["labels"][:-1])  # next-token labels
-    again, _, _ = build_datasets(cfg, resolve_data(cfg), (40, 4, 0), tmp_path / "cache2")
+    again, _ = build_datasets(cfg, resolve_data(cfg), 40, 4, tmp_path / "cache2")
     assert torch.equal(again[5]["tokens"], train[5]["tokens"])  # deterministic order (seeded)
 
 
@@ -87,3 +87,37 @@ def test_mixed_tokenizers_and_too_small_vocab_are_refused(tmp_path):
     small = resolve_recipe("tiny_kda", [f"data.paths=[{{path: {a}}}]", "model.vocab_size=1000"]).run
     with pytest.raises(ConfigError, match="set model.vocab_size: 50257"):
         resolve_data(small)
+
+
+def test_the_sampler_gives_each_rank_its_share_of_every_global_batch():
+    from zebractl.train.data import ConsumedSamplesSampler
+
+    def batches(rank, world, consumed=0):
+        return list(ConsumedSamplesSampler(20, consumed, 2, 8, rank, world))
+
+    assert batches(0, 1) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
+    assert batches(0, 2)[:2] == [[0, 1], [2, 3]] and batches(1, 2)[:2] == [[4, 5], [6, 7]]
+    # resuming at 8 consumed samples continues with the second global batch; 16..19 cannot make
+    # a whole global batch and are never served
+    assert batches(0, 1, consumed=8) == batches(0, 1)[4:]
+    assert len(ConsumedSamplesSampler(20, 8, 2, 8, 0, 1)) == 4
+
+
+def test_a_torn_index_cache_file_is_dropped_with_its_siblings(tmp_path):
+    import numpy as np
+
+    from zebractl.train.data import drop_torn_cache
+
+    for name in ("aaa-GPTDataset-train-doc.npy", "aaa-GPTDataset-train-sample.npy"):
+        np.save(tmp_path / name, np.arange(1000))
+    (tmp_path / "aaa-GPTDataset-train-description.txt").write_text("x")
+    np.save(tmp_path / "bbb-GPTDataset-valid-doc.npy", np.arange(10))
+    torn = tmp_path / "aaa-GPTDataset-train-sample.npy"
+    torn.write_bytes(torn.read_bytes()[:500])
+    gone = drop_torn_cache(tmp_path)
+    assert sorted(p.name for p in gone) == [
+        "aaa-GPTDataset-train-description.txt",
+        "aaa-GPTDataset-train-doc.npy",
+        "aaa-GPTDataset-train-sample.npy",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["bbb-GPTDataset-valid-doc.npy"]

@@ -24,8 +24,7 @@ pytestmark = [
 ]
 
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
-from zebractl.train import checkpoint as ckpt  # noqa: E402
-from zebractl.train import loop  # noqa: E402
+from zebractl.run import checkpoint as ckpt  # noqa: E402
 
 SETS = [
     "batch.micro=4",
@@ -39,6 +38,7 @@ SETS = [
     "precision=bf16",
     "kernels.backend=torch",
     "data.num_workers=0",
+    "validation=null",
 ]
 
 
@@ -47,19 +47,27 @@ def _sets(data: Path, *more: str) -> list[str]:
 
 
 def _cfg(data: Path, *more: str):
+    return resolve_recipe("tiny_kda", _sets(data, *more)).run
+
+
+def _train(data: Path, out: Path, *more: str, **kw):
+    from zebractl.run import ResolvedConfigRecord, RunDir
+    from zebractl.train.trainer import Trainer
+
     r = resolve_recipe("tiny_kda", _sets(data, *more))
-    return r.run, {"config": r.values(), "provenance": r.provenance}
+    kw.setdefault("console", lambda s: None)
+    return Trainer(r.run, RunDir(out), ResolvedConfigRecord.of(r), **kw).fit()
 
 
 def _losses(out: Path) -> dict[int, float]:
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
-    return {r["iteration"]: r["loss"] for r in rows}
+    return {r["iteration"]: r["loss"] for r in rows if r["kind"] == "train"}
 
 
 def test_bf16_params_with_fp32_main_params(demo_data):
     from zebractl.train.engine import MegatronEngine, build_engine
 
-    cfg, _ = _cfg(demo_data, "schedule.iterations=2")
+    cfg = _cfg(demo_data, "schedule.iterations=2")
     engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
     assert isinstance(engine, MegatronEngine)
     dtypes = {n: p.dtype for n, p in engine.model.named_parameters()}
@@ -75,27 +83,27 @@ def test_bf16_params_with_fp32_main_params(demo_data):
 
 def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path):
     more = ("schedule.iterations=12",)
-    cfg, doc = _cfg(demo_data, *more)
-    full = loop.run(cfg, tmp_path / "full", config_doc=doc, console=lambda s: None)
+    full = _train(demo_data, tmp_path / "full", *more)
     assert full.stopped == "done"
     a = _losses(tmp_path / "full")
     assert a[12] < a[1] - 0.5, a  # learns (fresh init ~10.8; 9.95 after 12 steps on the H200)
 
-    cfg_k, doc_k = _cfg(demo_data, *more, "checkpoint.interval=5")
-    part = loop.run(cfg_k, tmp_path / "killed", config_doc=doc_k, stop_after=7, console=print)
+    k = (*more, "checkpoint.interval=5")
+    part = _train(demo_data, tmp_path / "killed", *k, stop_after=7, console=print)
     assert part.stopped == "limit"
-    # the "kill" happened after iteration 7; the newest checkpoint is 5
-    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "iter_0000007", ignore_errors=True)
-    resumed = loop.run(cfg_k, tmp_path / "killed", config_doc=doc_k, console=print)
+    # the "kill" happened after iteration 7; the newest checkpoint is 5, whose optimizer state
+    # (Adam moments and fp32 mains) is sharded tensors, none of it in the common state
+    common = torch.load(tmp_path / "killed/checkpoints/iter_0000005/common.pt", weights_only=False)
+    assert "exp_avg" not in json.dumps(common, default=str)
+    resumed = _train(demo_data, tmp_path / "killed", *k, console=print)
     assert resumed.resumed_from == 5
     b = _losses(tmp_path / "killed")
     assert b == a  # bitwise: same data order, same RNG, fp32 mains and Adam state restored
 
 
 def test_init_from_refreshes_the_fp32_main_params(demo_data, tmp_path):
-    cfg, doc = _cfg(demo_data, "schedule.iterations=6")
-    loop.run(cfg, tmp_path / "a", config_doc=doc, console=lambda s: None)
-    loop.run(cfg, tmp_path / "b", config_doc=doc, init_from=tmp_path / "a" / "checkpoints")
+    _train(demo_data, tmp_path / "a", "schedule.iterations=6")
+    _train(demo_data, tmp_path / "b", "schedule.iterations=6", init_from=tmp_path / "a")
     a, b = _losses(tmp_path / "a"), _losses(tmp_path / "b")
     # b starts from a's weights; stale fp32 mains would throw them away at b's first update
     assert b[1] < a[1] - 0.3 and b[2] < a[2] - 0.3, (a, b)
@@ -135,4 +143,4 @@ def test_two_gpus_match_one_and_checkpoints_reshard(demo_data, tmp_path):
     assert sorted(back) == [5, 6, 7, 8]
     for i in back:
         assert back[i] == pytest.approx(two[i], rel=2e-2), (i, two, back)
-    assert ckpt.read_marker(tmp_path / "back" / "checkpoints" / "iter_0000008")["iteration"] == 8
+    assert ckpt.read_marker(tmp_path / "back" / "checkpoints" / "iter_0000008").iteration == 8

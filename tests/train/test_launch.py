@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,7 @@ FAST = [
     "checkpoint.interval=1000",
     "schedule.warmup_iterations=2",
     "schedule.iterations=4",
+    "validation=null",
 ]
 
 
@@ -49,14 +55,20 @@ def test_slurm_script_spreads_nodes(cli, tmp_path, monkeypatch):
     )
     assert r.exit_code == 0 and "4 node(s) x 8 GPU(s)" in r.stdout
     text = (tmp_path / "run" / "train.sbatch").read_text()
-    assert "#SBATCH --nodes=4" in text and "--nproc_per_node=8" in text
+    assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=8" in text
+    # every rank is an srun task (so Slurm's signals reach it), warned before the time limit,
+    # and the job requeues itself when the run stopped for that warning
+    assert "#SBATCH --signal=USR1@300" in text and "#SBATCH --requeue" in text
+    assert 'if [ "$rc" -eq 138 ]; then' in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    checked = subprocess.run(["bash", "-n", str(tmp_path / "run" / "train.sbatch")])
+    assert checked.returncode == 0
 
 
 def test_submit_without_sbatch_is_a_clear_failure(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
     r = cli("train", "kda_300M", "--submit", "--set", "batch.micro=32", "--output", "run")
-    assert r.exit_code == 1 and "sbatch is not on PATH" in r.stderr
+    assert r.exit_code == 2 and "sbatch is not on PATH" in r.stderr
 
 
 def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path):
@@ -71,7 +83,8 @@ def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path)
     assert two.exit_code == 0, two.output
 
     def losses(d):
-        return [json.loads(x)["loss"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+        rows = map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+        return [r["loss"] for r in rows if r["kind"] == "train"]
 
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(a) == len(b) == 4
@@ -93,3 +106,28 @@ def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path)
         resumed = losses(tmp_path / out)
         assert len(resumed) == 2
         assert resumed == pytest.approx((a if src == "one" else b)[2:], rel=1e-4)
+
+
+def test_sigterm_to_a_torchrun_launch_saves_every_rank_and_exits_143(demo_data, tmp_path):
+    """The launcher forwards SIGTERM to the workers, which finish their step and save together."""
+    out = tmp_path / "run"
+    sets = [f"data.paths=[{{path: {demo_data}}}]", *FAST, "schedule.iterations=400"]
+    cmd = [sys.executable, "-m", "zebractl", "train", "tiny_kda", "--nproc", "2", "-o", str(out)]
+    cmd += [x for s in sets for x in ("--set", s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[0][-3000:]
+    os.kill(proc.pid, signal.SIGTERM)
+    log = proc.communicate(timeout=240)[0]
+    assert proc.returncode == 143, log[-3000:]
+    from zebractl.run import checkpoint as ckpt
+
+    saved = ckpt.complete(out / "checkpoints")
+    assert len(saved) == 1 and saved[0].marker.world_size == 2, log[-3000:]
+    rows = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert saved[0].iteration == rows[-1]["iteration"] < 400  # the last completed step

@@ -7,6 +7,12 @@ import os
 import torch
 
 
+def launched_world() -> tuple[int, int]:
+    """(rank, world size) of this process as its launcher (torchrun, or the Slurm script, which
+    exports torchrun's variables per task) set them; (0, 1) when started directly."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
     """Make sure torch.distributed and megatron's parallel state exist.
 

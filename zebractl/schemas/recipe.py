@@ -29,14 +29,17 @@ class DataConfig(StrictModel):
 
     paths: list[DatasetEntry] = Field(min_length=1)
     """Prepared datasets and their blend weights."""
-    split: list[float] = Field(default_factory=lambda: [99.0, 1.0, 0.0], min_length=3, max_length=3)
-    """Train / validation / test proportions of each dataset."""
+    split: list[float] | None = Field(None, min_length=3, max_length=3)
+    """Train / validation / test proportions carved out of each dataset's train shards (megatron's
+    split). Unset: the held-out data is the validation split `zebractl prepare --valid-fraction`
+    wrote, if any. Setting both is an error."""
     seq_length: int = Field(gt=0)
     """Tokens per training sample."""
-    tokenizer: str
-    """Tokenizer: a local directory/file, or a hub id where a hub is reachable."""
+    tokenizer: str | None = None
+    """The tokenizer the data must have been prepared with (a local directory/file, or a Hub id):
+    checked against each dataset's manifest by name and fingerprint. Unset: the datasets' own."""
     num_workers: int = Field(2, ge=0)
-    """Data-loader worker processes per rank."""
+    """Data-loader worker processes per rank (0 loads in the training process)."""
 
 
 class BatchConfig(StrictModel):
@@ -126,6 +129,15 @@ class LoggingConfig(StrictModel):
     """Write TensorBoard event files."""
 
 
+class ValidationConfig(StrictModel):
+    """Loss on held-out data during training (`data.split` or prepare's validation split)."""
+
+    interval: int = Field(1000, gt=0)
+    """Evaluate every N iterations (and once at the end of the run)."""
+    iterations: int = Field(10, gt=0)
+    """Global batches per evaluation; the same held-out samples every time, so values compare."""
+
+
 class NonFiniteConfig(StrictModel):
     """What a NaN or Inf loss or gradient does to the run."""
 
@@ -188,6 +200,8 @@ class RunConfig(StrictModel):
     """Metrics output."""
     kernels: KernelsConfig = Field(default_factory=KernelsConfig)
     """Kernel backend and fusions."""
+    validation: ValidationConfig | None = Field(default_factory=ValidationConfig)
+    """Held-out evaluation; null turns it off."""
     nonfinite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
     """NaN/Inf guard."""
     seed: int = 1234
@@ -311,8 +325,11 @@ def run_problems(cfg: RunConfig) -> list[Problem]:
                 "YaRN scaling",
             )
         )
-    if sum(cfg.data.split) <= 0 or any(x < 0 for x in cfg.data.split):
-        out.append(("data.split", "split proportions must be non-negative and not all zero"))
+    split = cfg.data.split
+    if split is not None and (split[0] <= 0 or any(x < 0 for x in split)):
+        out.append(
+            ("data.split", "split proportions must be non-negative with a positive train part")
+        )
     if p.cp > 1 and cfg.data.seq_length % (2 * p.cp):
         out.append(("data.seq_length", f"seq_length must be divisible by 2*cp = {2 * p.cp}"))
     return out

@@ -3,20 +3,21 @@
 - ``megatron``: megatron-core's DistributedDataParallel (contiguous fp32 gradient buffers, bucketed
   all-reduce or reduce-scatter) and Megatron optimizer: bf16 model parameters (under
   ``precision: bf16``) with fp32 main parameters and gradients, AdamW, clipping inside the optimizer.
-  The optimizer state (fp32 mains and Adam moments, the same on every rank) is checkpointed as
-  common state, so it resumes on another data-parallel size. megatron 0.16.1's sharded forms fail on
-  our mixed bf16/fp32 parameters (the recurrent decay parameters stay fp32): the plain optimizer's
-  per-parameter map covers only its bf16 parameters, and the distributed optimizer's
-  ``dp_reshardable``/``fully_reshardable`` saves assert and ``fully_sharded_model_space`` needs
-  ``flattened_range``, which torch_dist no longer saves; so :func:`check_engine` refuses
-  ``parallelism.distributed_optimizer`` until that is solved.
+  megatron 0.16.1's own sharded optimizer state fails on our mixed bf16/fp32 parameters (the
+  recurrent decay parameters stay fp32): the plain optimizer's per-parameter map covers only its
+  bf16 parameters, and the distributed optimizer's ``dp_reshardable``/``fully_reshardable`` saves
+  assert and ``fully_sharded_model_space`` needs ``flattened_range``, which torch_dist no longer
+  saves; so :func:`check_engine` refuses ``parallelism.distributed_optimizer`` until that is solved,
+  and the plain optimizer's state is sharded here (:func:`sharded_adam_state`).
 - ``torch_fused``: how FLA trains (the parity recipes): fp32 parameters under bf16 autocast, torch DDP,
-  ``torch.optim.AdamW(fused=True)``. Every rank holds the whole optimizer state, which is checkpointed
-  as common state.
+  ``torch.optim.AdamW(fused=True)``.
 
-Both expose the same small surface to the loop: ``forward`` module, ``zero_grad``, ``no_sync``,
-``finish_grads``, ``grads_finite``, ``step``, ``reload_model_params``; ``optimizer.state_dict()`` is
-the same on every rank in both, so the loop checkpoints it as common state.
+Both expose the same small surface to the trainer: ``forward`` module, ``zero_grad``, ``no_sync``,
+``finish_grads``, ``grads_finite``, ``step``, ``reload_model_params``, and
+``sharded_optimizer_state`` / ``load_optimizer_state``: the optimizer state as megatron sharded
+tensors laid out like the model's parameters (Adam moments and, for the Megatron engine, the fp32
+main parameters), so every rank writes its share of a checkpoint and it loads on any data-parallel
+size; the step count and hyper-parameters are small common state.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ import torch
 
 from zebractl.config.errors import ConfigError
 from zebractl.schemas.recipe import RunConfig
+
+TORCH_OPTIMIZERS = {"adamw": torch.optim.AdamW}
+"""optimizer.type -> the torch optimizer of the torch_fused engine."""
+MEGATRON_OPTIMIZERS = {"adamw": "adam"}
+"""optimizer.type -> megatron's name (its "adam" decouples weight decay: AdamW)."""
 
 
 def _no_decay(cfg: RunConfig, name: str) -> bool:
@@ -56,7 +62,7 @@ class TorchEngine:
             if p.requires_grad:
                 (no_decay if _no_decay(cfg, name) else decay).append(p)
         o = cfg.optimizer
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = TORCH_OPTIMIZERS[o.type](
             [{"params": decay, "wd_mult": 1.0}, {"params": no_decay, "wd_mult": 0.0}],
             lr=0.0,
             betas=(o.beta1, o.beta2),
@@ -90,6 +96,14 @@ class TorchEngine:
     def reload_model_params(self) -> None:
         """The optimizer updates the model's own parameters: nothing to refresh."""
 
+    def sharded_optimizer_state(self, model_sd: dict, is_loading: bool = False) -> dict:
+        """The AdamW state as sharded tensors keyed like ``model_sd``'s parameters."""
+        return {"adamw": sharded_adam_state(self.optimizer, {}, model_sd)}
+
+    def load_optimizer_state(self, loaded: dict) -> None:
+        """Put a loaded :meth:`sharded_optimizer_state` back."""
+        load_adam_state(self.optimizer, loaded["adamw"], {})
+
 
 class MegatronEngine:
     """megatron-core DDP + Megatron optimizer (bf16 params, fp32 main params and grads)."""
@@ -114,7 +128,7 @@ class MegatronEngine:
         o = cfg.optimizer
         bf16 = cfg.precision == "bf16"
         opt_config = OptimizerConfig(
-            optimizer="adam",
+            optimizer=MEGATRON_OPTIMIZERS[o.type],
             lr=cfg.schedule.lr,
             min_lr=cfg.schedule.min_lr,
             weight_decay=o.weight_decay,
@@ -161,6 +175,99 @@ class MegatronEngine:
     def reload_model_params(self) -> None:
         """Refresh the fp32 main parameters from weights loaded into the model."""
         self.optimizer.reload_model_params()
+
+    def _parts(self) -> list:
+        return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
+
+    @staticmethod
+    def _main_to_model(part) -> dict[int, torch.nn.Parameter]:
+        """fp32 main parameter (by id) -> the bf16 model parameter it shadows."""
+        return {
+            id(main): model
+            for models, mains in zip(
+                part.float16_groups, part.fp32_from_float16_groups, strict=True
+            )
+            for model, main in zip(models, mains, strict=True)
+        }
+
+    def sharded_optimizer_state(self, model_sd: dict, is_loading: bool = False) -> dict:
+        """Adam moments and fp32 main parameters of every part, as sharded tensors."""
+        return {
+            f"part{i}": sharded_adam_state(part.optimizer, self._main_to_model(part), model_sd)
+            for i, part in enumerate(self._parts())
+        }
+
+    def load_optimizer_state(self, loaded: dict) -> None:
+        """Put a loaded :meth:`sharded_optimizer_state` back (moments and fp32 mains)."""
+        for i, part in enumerate(self._parts()):
+            load_adam_state(part.optimizer, loaded[f"part{i}"], self._main_to_model(part))
+
+
+def _ensure_adam_state(opt: torch.optim.Optimizer) -> None:
+    """Create AdamW's per-parameter state where it does not exist yet, as torch would at its first
+    step (zero moments, step 0): a checkpoint then has the same tensors whatever the step."""
+    for group in opt.param_groups:
+        on_device = group.get("fused") or group.get("capturable")
+        for p in group["params"]:
+            state = opt.state[p]
+            if state:
+                continue
+            state["step"] = torch.zeros(
+                (), dtype=torch.float32, device=p.device if on_device else "cpu"
+            )
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if group.get("amsgrad"):
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def sharded_adam_state(
+    opt: torch.optim.Optimizer, main_to_model: dict[int, torch.nn.Parameter], model_sd: dict
+) -> dict:
+    """A torch Adam(W)'s state as megatron sharded tensors shaped and sharded like the model
+    parameter each one belongs to (``main_to_model`` maps an fp32 main parameter to its model
+    parameter; others are model parameters themselves), so megatron's checkpointing splits the
+    writing among ranks and reshards it on load. The step count, the same for every parameter,
+    and the hyper-parameters are common state."""
+    from megatron.core.dist_checkpointing.optimizer import (
+        get_param_id_to_sharded_param_map,
+        make_sharded_optimizer_tensor,
+        optim_state_to_sharding_state,
+    )
+
+    _ensure_adam_state(opt)
+    flat = [p for g in opt.param_groups for p in g["params"]]
+    as_model = [main_to_model.get(id(p), p) for p in flat]
+    id_map = get_param_id_to_sharded_param_map(model_sd, as_model)
+    if len(id_map) != len(flat):
+        raise RuntimeError(
+            f"{len(flat) - len(id_map)} optimizer parameters have no model parameter to shard by"
+        )
+    state = opt.state_dict()
+    steps = {float(st["step"]) for st in state["state"].values()}
+    if len(steps) > 1:
+        raise RuntimeError(f"parameters are at different optimizer steps: {sorted(steps)}")
+    optim_state_to_sharding_state(state, id_map, exclude_keys=("step",))
+    mains = {
+        str(i): make_sharded_optimizer_tensor(id_map[i], p, prefix="optimizer.fp32_param")
+        for i, p in enumerate(flat)
+        if id(p) in main_to_model
+    }
+    return {"adam": state, "step": steps.pop() if steps else 0.0, "fp32_param": mains}
+
+
+def load_adam_state(
+    opt: torch.optim.Optimizer, loaded: dict, main_to_model: dict[int, torch.nn.Parameter]
+) -> None:
+    """Put a loaded :func:`sharded_adam_state` back into ``opt``."""
+    state = loaded["adam"]
+    for st in state["state"].values():
+        st["step"] = torch.tensor(loaded["step"], dtype=torch.float32)
+    opt.load_state_dict(state)
+    flat = [p for g in opt.param_groups for p in g["params"]]
+    for i, p in enumerate(flat):
+        if id(p) in main_to_model:
+            p.data.copy_(loaded["fp32_param"][str(i)])
 
 
 def check_engine(cfg: RunConfig, device: torch.device) -> None:

@@ -1,12 +1,56 @@
-"""Launching `zebractl train` on several GPUs: torchrun on one node, an sbatch script for Slurm."""
+"""Starting `zebractl train`: in this process, on N local GPUs through torchrun, or as a Slurm job.
+
+:func:`start` is what the CLI calls; it returns a :class:`LaunchOutcome` and leaves printing and exit
+codes to the caller. Stop signals: the trainer saves and ends with 128 + the signal number; a torchrun
+launcher forwards SIGTERM/SIGUSR1 to its workers and waits for their saves.
+"""
 
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-# Options of `zebractl train` that the launched processes receive unchanged.
-PASSTHROUGH = ("--set", "--output", "--init-from")
+from zebractl.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zebractl.train.trainer import RunResult
+
+REQUEUE_EXIT = 128 + signal.SIGUSR1
+"""Exit code of a run stopped by SIGUSR1 (Slurm's warning before the time limit): requeue it."""
+SLURM_SIGNAL_SECONDS = 300
+"""How long before the time limit Slurm sends SIGUSR1: time to finish a step and save."""
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What the user asked `zebractl train` for."""
+
+    recipe: str
+    sets: list[str] = field(default_factory=list)
+    output: Path | None = None
+    init_from: Path | None = None
+    nproc: int | None = None
+    slurm: bool = False
+    submit: bool = False
+
+
+@dataclass
+class LaunchOutcome:
+    """What :func:`start` did. ``exit_code`` is the process's exit code to report."""
+
+    kind: str  # "train" | "torchrun" | "slurm"
+    exit_code: int
+    run_dir: Path
+    metrics: Path
+    rank: int = 0
+    result: RunResult | None = None
+    script: Path | None = None
+    lines: list[str] = field(default_factory=list)
 
 
 def child_args(recipe: str, sets: list[str], output: str, init_from: str | None) -> list[str]:
@@ -39,29 +83,132 @@ def slurm_script(
     nodes: int,
     gpus_per_node: int,
     args: list[str],
-    output: str,
-    cpus_per_task: int = 16,
+    log: str,
+    cpus_per_task: int = 8,
     port: int = 29500,
 ) -> str:
-    """An sbatch script: one task per node, torchrun spreads GPUs, c10d rendezvous on the head."""
+    """An sbatch script: one task per GPU (srun starts every rank, so Slurm's signals reach each
+    one), a SIGUSR1 warning before the time limit, and a requeue when the run stopped for it."""
     launch = " ".join(shlex.quote(a) for a in args)
     return f"""#!/bin/bash
 #SBATCH --job-name=zebractl-{name}
 #SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
+#SBATCH --ntasks-per-node={gpus_per_node}
 #SBATCH --gpus-per-node={gpus_per_node}
 #SBATCH --cpus-per-task={cpus_per_task}
-#SBATCH --output={output}/slurm-%j.log
+#SBATCH --output={log}
+#SBATCH --open-mode=append
+#SBATCH --signal=USR1@{SLURM_SIGNAL_SECONDS}
+#SBATCH --requeue
 # Written by `zebractl train --slurm`; submit with `sbatch` (or `zebractl train ... --submit`).
-set -euo pipefail
+# {SLURM_SIGNAL_SECONDS} s before the time limit every rank gets SIGUSR1: it finishes its step, saves a
+# checkpoint and exits {REQUEUE_EXIT}; the job is then requeued and resumes from that checkpoint.
+set -uo pipefail
 
-export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / {gpus_per_node} > 0 ? SLURM_CPUS_PER_TASK / {gpus_per_node} : 1 ))
+export OMP_NUM_THREADS={cpus_per_task}  # per rank (one task per GPU)
 # Reuse FLA's Triton autotune results across jobs (the first step autotunes for minutes otherwise).
 export TRITON_CACHE_DIR=${{TRITON_CACHE_DIR:-$HOME/.cache/zebractl/triton}}
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT={port}
 
-srun --kill-on-bad-exit=1 python -m torch.distributed.run \\
-  --nnodes="$SLURM_NNODES" --nproc_per_node={gpus_per_node} \\
-  --rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d --rdzv_endpoint="$head_node:{port}" \\
-  -m zebractl {launch}
+srun --kill-on-bad-exit=1 bash -c \\
+  'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS exec python -m zebractl "$@"' \\
+  zebractl {launch}
+rc=$?
+if [ "$rc" -eq {REQUEUE_EXIT} ]; then
+  echo "zebractl: stopped before the time limit with a checkpoint; requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$rc"
 """
+
+
+def start(req: TrainRequest, console=print) -> LaunchOutcome:
+    """Resolve the recipe and train it here, through torchrun, or write (and submit) a Slurm job."""
+    from zebractl.config.catalog import looks_like_path
+    from zebractl.config.resolve import resolve_recipe
+    from zebractl.run.rundir import RunDir
+    from zebractl.runtime.dist import launched_world
+
+    rank, world = launched_world()
+    if req.nproc is not None and req.nproc < 1:
+        raise ConfigError("--nproc must be at least 1")
+    slurm = req.slurm or req.submit
+    # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
+    explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in req.sets)
+    ref: str | Path = (
+        Path(req.recipe)
+        if looks_like_path(req.recipe) or Path(req.recipe).is_file()
+        else req.recipe
+    )
+    # (the recipe's own GPU count is validated only where it is used: a Slurm job)
+    gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if slurm else (req.nproc or world)
+    sets = req.sets if explicit_gpus else [*req.sets, f"parallelism.num_gpus={gpus}"]
+    r = resolve_recipe(ref, sets)
+    run = RunDir.for_recipe(r.run, r.name, req.output)
+    args = child_args(
+        req.recipe, sets, str(run.root), str(req.init_from) if req.init_from else None
+    )
+    if slurm:
+        per_node = min(8, gpus)
+        nodes = -(-gpus // per_node)
+        script = run.write_sbatch(
+            slurm_script(r.name, nodes, per_node, args, run.slurm_log_pattern)
+        )
+        out = LaunchOutcome("slurm", 0, run.root, run.metrics_path, script=script)
+        out.lines.append(f"wrote {script} ({nodes} node(s) x {per_node} GPU(s))")
+        if req.submit:
+            try:
+                done = subprocess.run(["sbatch", str(script)], check=False)
+            except FileNotFoundError:
+                raise ConfigError(
+                    "sbatch is not on PATH: submit the script on the cluster's login node"
+                ) from None
+            out.exit_code = done.returncode
+        return out
+    if req.nproc is not None and req.nproc > 1 and world == 1:
+        cmd = torchrun_command(req.nproc, args)
+        console("launching: " + " ".join(cmd))
+        return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
+
+    from zebractl.run.records import ResolvedConfigRecord
+    from zebractl.train.trainer import Trainer
+
+    record = ResolvedConfigRecord.of(r)
+    result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
+    code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
+    return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)
+
+
+def run_children(cmd: list[str]) -> int:
+    """Run a launcher (torchrun) until it ends, forwarding SIGTERM and SIGUSR1 straight to its
+    workers, which save and exit (torchrun itself would give them only 30 s before SIGKILL, and
+    dies of SIGUSR1). Ctrl-C reaches the whole process group from the terminal already, so it is
+    only waited out here. Returns the launcher's exit code, or 128 + the signal this process
+    received."""
+    proc = subprocess.Popen(cmd)
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if signum == signal.SIGINT:
+            return
+        try:
+            import psutil
+
+            workers = psutil.Process(proc.pid).children()
+        except Exception:  # noqa: BLE001 - psutil missing or torchrun gone: tell torchrun
+            workers = []
+        for w in workers:
+            w.send_signal(signum)
+        if not workers:
+            proc.send_signal(signum)
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    previous = {s: signal.signal(s, forward) for s in stops}
+    try:
+        code = proc.wait()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    return 128 + received[0] if received and code != 0 else code

@@ -1,0 +1,94 @@
+"""Golden losses: the first 20 training losses of each shipped tiny recipe on the demo corpus.
+
+The numbers live in ``tests/golden/<recipe>.txt`` (``iteration repr(loss)`` lines) and were produced by
+this file with ``pytest tests/train/test_golden.py --update-golden`` on the CPU (fp32, the pure-PyTorch
+kernels). A fresh run must match every loss within a relative 1e-4: far above the run-to-run and
+machine-to-machine noise of fp32 CPU math (a few ulps per step, ~1e-6 after 20 steps), far below what a
+wrong initialisation, gate or norm does (the mutation test below shows each one fails it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+RECIPES = ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"]
+STEPS = 20
+REL = 1e-4
+SETS = (
+    # the shipped recipe, logged every step, no side trips (validation and saves do not change
+    # the training numbers, they only cost time)
+    "logging.interval=1",
+    "logging.tensorboard=false",
+    "checkpoint.interval=1000",
+    "validation=null",
+)
+
+
+def _run(demo_data: Path, out: Path, recipe: str, *more: str) -> list[float]:
+    from zebractl.config.resolve import resolve_recipe
+    from zebractl.run import MetricsReader, ResolvedConfigRecord, RunDir
+    from zebractl.train.trainer import Trainer
+
+    r = resolve_recipe(recipe, [f"data.paths=[{{path: {demo_data}}}]", *SETS, *more])
+    run = RunDir.for_recipe(r.run, r.name, out)
+    trainer = Trainer(
+        r.run, run, ResolvedConfigRecord.of(r), stop_after=STEPS, console=lambda s: None
+    )
+    assert trainer.fit().iterations == STEPS
+    losses = MetricsReader.of(run).losses()
+    assert list(losses) == list(range(1, STEPS + 1))
+    return list(losses.values())
+
+
+def _read(recipe: str) -> list[float]:
+    lines = (GOLDEN / f"{recipe}.txt").read_text().splitlines()
+    rows = [ln.split() for ln in lines if ln and not ln.startswith("#")]
+    assert [int(i) for i, _ in rows] == list(range(1, STEPS + 1))
+    return [float(x) for _, x in rows]
+
+
+def _mismatches(got: list[float], want: list[float]) -> list[str]:
+    return [
+        f"iteration {i}: {g!r} vs golden {w!r} (rel {abs(g - w) / abs(w):.1e})"
+        for i, (g, w) in enumerate(zip(got, want, strict=True), 1)
+        if abs(g - w) > REL * abs(w)
+    ]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_losses_match_the_golden_numbers(recipe, demo_data, tmp_path, request):
+    got = _run(demo_data, tmp_path, recipe)
+    if request.config.getoption("--update-golden"):
+        GOLDEN.mkdir(exist_ok=True)
+        header = (
+            f"# zebractl golden losses: recipes/{recipe}.yaml as shipped, first {STEPS} iterations, "
+            "on the demo corpus\n# (zebractl prepare --demo), CPU fp32. Regenerate deliberately: "
+            "pytest tests/train/test_golden.py --update-golden\n"
+        )
+        text = "".join(f"{i} {x!r}\n" for i, x in enumerate(got, 1))
+        (GOLDEN / f"{recipe}.txt").write_text(header + text)
+        pytest.skip(f"wrote {GOLDEN / recipe}.txt")
+    bad = _mismatches(got, _read(recipe))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_golden_check_catches_wrong_numerics(demo_data, tmp_path, monkeypatch):
+    """A wrong initialisation, gate or norm each moves the losses past the tolerance."""
+    from zebractl.model.ops import torch_ops
+
+    want = _read("tiny_kda")
+    wrong_init = _run(demo_data, tmp_path / "init", "tiny_kda", "model.init_std=0.022")
+    wrong_norm = _run(demo_data, tmp_path / "norm", "tiny_kda", "model.norm.eps=1.0e-5")
+    real_gate = torch_ops.kda_gate
+    monkeypatch.setattr(  # forgets dt_bias, the kind of slip a port makes
+        torch_ops, "kda_gate", lambda f, a_log, dt_bias: real_gate(f, a_log, dt_bias * 0)
+    )
+    wrong_gate = _run(demo_data, tmp_path / "gate", "tiny_kda")
+    for name, got in (("init", wrong_init), ("norm", wrong_norm), ("gate", wrong_gate)):
+        assert _mismatches(got, want), f"a wrong {name} passes the golden check"

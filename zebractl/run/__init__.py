@@ -1,0 +1,19 @@
+"""The run directory contract: paths, typed records, checkpoints, metrics (see :mod:`.rundir`)."""
+
+from zebractl.run.checkpoint import Checkpoint, DamagedCheckpoint, load_weights
+from zebractl.run.metrics import MetricsReader, MetricsWriter
+from zebractl.run.records import CheckpointMarker, ResolvedConfigRecord, TrainRow, ValRow
+from zebractl.run.rundir import RunDir
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointMarker",
+    "DamagedCheckpoint",
+    "MetricsReader",
+    "MetricsWriter",
+    "ResolvedConfigRecord",
+    "RunDir",
+    "TrainRow",
+    "ValRow",
+    "load_weights",
+]

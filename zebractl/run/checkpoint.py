@@ -1,0 +1,305 @@
+"""Checkpoints of a run: megatron torch_dist folders, saved atomically, verified on resume.
+
+``CKPTS/iter_0000020/`` is a megatron ``dist_checkpointing`` folder: sharded tensors (model weights and,
+from the trainer, optimizer state: every rank writes its share through megatron's fully parallel
+save) plus ``common.pt`` (small common state: scheduler, RNG, counters, the resolved config). The
+``zebractl.json`` marker (:class:`~zebractl.run.records.CheckpointMarker`) is written last and lists
+every file with its size and SHA-256. A save goes to ``iter_N.tmp`` and is renamed when complete, so a
+crash mid-save never leaves a folder that looks finished.
+
+Resume takes the newest complete checkpoint that verifies (sizes and checksums equal the marker's, and
+megatron loads it); a checkpoint damaged after it completed is named in a warning and skipped for the
+next one. Only this module knows megatron's checkpoint files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from zebractl.config.errors import ConfigError
+from zebractl.run.records import CheckpointMarker, FileRecord
+from zebractl.run.rundir import utc_now, write_text_atomic
+
+MARKER = "zebractl.json"
+_META = "metadata.json"  # megatron's: backend and version of the sharded format
+_NAME = re.compile(r"^iter_(\d{7})$")
+
+
+class DamagedCheckpoint(Exception):
+    """A checkpoint that completed but no longer verifies or loads."""
+
+    def __init__(self, folder: Path, reason: str) -> None:
+        super().__init__(f"{folder}: {reason}")
+        self.folder, self.reason = folder, reason
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint: its folder and marker."""
+
+    folder: Path
+    marker: CheckpointMarker
+
+    @property
+    def iteration(self) -> int:
+        """Optimizer steps completed."""
+        return self.marker.iteration
+
+
+def checkpoint_dir(root: Path, iteration: int) -> Path:
+    """Folder of the checkpoint of ``iteration``."""
+    return root / f"iter_{iteration:07d}"
+
+
+def read_marker(folder: Path) -> CheckpointMarker:
+    """The marker of a checkpoint folder (:class:`DamagedCheckpoint` if unreadable)."""
+    path = folder / MARKER
+    try:
+        return CheckpointMarker.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise DamagedCheckpoint(folder, f"no {MARKER} (the save did not complete)") from None
+    except (OSError, ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0]
+        raise DamagedCheckpoint(folder, f"{MARKER} is unreadable ({first})") from None
+
+
+def _candidates(root: Path) -> list[tuple[int, Path]]:
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _NAME.match(p.name)
+        if m and p.is_dir() and (p / MARKER).exists():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def complete(root: Path) -> list[Checkpoint]:
+    """Every checkpoint under ``root`` whose save completed (marker readable), oldest first.
+
+    Completeness is not integrity: see :func:`verify`.
+    """
+    out = []
+    for _, folder in _candidates(root):
+        try:
+            out.append(Checkpoint(folder, read_marker(folder)))
+        except DamagedCheckpoint:
+            continue
+    return out
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
+
+
+def verify(folder: Path, *, checksums: bool = True) -> Checkpoint:
+    """The checkpoint in ``folder`` if every file is as the marker recorded it.
+
+    Raises :class:`DamagedCheckpoint` naming the first problem: a missing, truncated, grown or
+    changed file, or a missing marker. Markers of format 1 have no file list; only megatron's
+    metadata file is checked for them.
+    """
+    marker = read_marker(folder)
+    if not (folder / _META).is_file():
+        raise DamagedCheckpoint(folder, f"{_META} is missing")
+    for rec in marker.files:
+        path = folder / rec.path
+        if not path.is_file():
+            raise DamagedCheckpoint(folder, f"{rec.path} is missing")
+        size = path.stat().st_size
+        if size != rec.size:
+            what = "emptied" if size == 0 else "truncated" if size < rec.size else "grown"
+            raise DamagedCheckpoint(
+                folder, f"{rec.path} was {what} ({size:,} bytes, {rec.size:,} when saved)"
+            )
+        if checksums and _sha256(path) != rec.sha256:
+            raise DamagedCheckpoint(folder, f"{rec.path} changed since it was saved (checksum)")
+    return Checkpoint(folder, marker)
+
+
+def save(
+    root: Path,
+    iteration: int,
+    sharded_state: dict[str, Any],
+    marker: CheckpointMarker,
+    *,
+    keep_last: int,
+    is_writer: bool,
+) -> Path:
+    """Save ``sharded_state`` as the checkpoint of ``iteration`` (collective: every rank calls it).
+
+    Each rank writes its share of the sharded tensors (megatron's fully parallel save over the
+    data-parallel replicas); rank 0 writes ``common.pt``, then the marker with every file's size
+    and checksum, renames the folder into place and prunes to the newest ``keep_last`` (0 keeps
+    all).
+    """
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+        FullyParallelSaveStrategyWrapper,
+    )
+
+    from zebractl.runtime import megatron_compat
+
+    final = checkpoint_dir(root, iteration)
+    tmp = final.with_name(final.name + ".tmp")
+    if is_writer:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    dist.barrier()
+    strategy = get_default_save_sharded_strategy()
+    if dist.get_world_size() > 1:
+        strategy = FullyParallelSaveStrategyWrapper(strategy, dist.group.WORLD)
+    with megatron_compat.patched():  # the writer synchronises CUDA, a no-op without it
+        dist_checkpointing.save(sharded_state, str(tmp), sharded_strategy=strategy)
+    dist.barrier()
+    if is_writer:
+        files = [
+            FileRecord(path=str(p.relative_to(tmp)), size=p.stat().st_size, sha256=_sha256(p))
+            for p in _files(tmp)
+        ]
+        done = marker.model_copy(update={"files": files, "created": utc_now()})
+        write_text_atomic(tmp / MARKER, done.model_dump_json(indent=2) + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        prune(root, keep_last)
+    dist.barrier()
+    return final
+
+
+def prune(root: Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (0 keeps all); returns them."""
+    if keep_last <= 0:
+        return []
+    old = [folder for _, folder in _candidates(root)][:-keep_last]
+    for folder in old:
+        shutil.rmtree(folder, ignore_errors=True)
+    return old
+
+
+def load(folder: Path, template: dict[str, Any]) -> dict[str, Any]:
+    """Load a checkpoint into the structure of a sharded ``template``.
+
+    Any failure of the reader (torch's ``CheckpointException`` is a ``BaseException``) becomes a
+    :class:`DamagedCheckpoint`.
+    """
+    from megatron.core import dist_checkpointing
+
+    try:
+        return dist_checkpointing.load(template, str(folder))
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - torch's CheckpointException is a BaseException
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DamagedCheckpoint(
+            folder, f"cannot be loaded ({type(exc).__name__}: {first})"
+        ) from None
+
+
+def newest_intact(
+    root: Path, warn: Callable[[str], None], failed: dict[int, str] | None = None
+) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint under ``root`` that verifies, and the damaged ones met on the way.
+
+    Each damaged checkpoint is named through ``warn``. ``failed`` maps iterations to pass over
+    (ones that verified but failed to load) to the reason.
+    """
+    failed = failed or {}
+    damaged = [f"{checkpoint_dir(root, it)}: {why}" for it, why in sorted(failed.items())]
+    for it, folder in reversed(_candidates(root)):
+        if it in failed:
+            continue
+        try:
+            return verify(folder), damaged
+        except DamagedCheckpoint as exc:
+            damaged.append(str(exc))
+            warn(f"warning: checkpoint {exc.folder} is damaged: {exc.reason}; skipping it")
+    return None, damaged
+
+
+def all_damaged(root: Path, damaged: list[str]) -> ConfigError:
+    """The error for a checkpoint folder where nothing is intact: never a silent fresh start."""
+    return ConfigError(
+        f"every checkpoint in {root} is damaged ({len(damaged)}: "
+        + "; ".join(damaged)
+        + "); move them away to start fresh, or restore one"
+    )
+
+
+def find(source: Path) -> Checkpoint:
+    """The checkpoint ``source`` names: a checkpoint folder, a checkpoints folder or a run folder
+    (newest intact one)."""
+    if not source.exists():
+        raise ConfigError(f"{source}: no such checkpoint, checkpoints folder or run directory")
+    if (source / MARKER).exists():
+        try:
+            return verify(source)
+        except DamagedCheckpoint as exc:
+            raise ConfigError(f"checkpoint {exc}") from None
+    for root in (source, source / "checkpoints"):
+        found = _candidates(root)
+        for _, folder in reversed(found):
+            try:
+                return verify(folder)
+            except DamagedCheckpoint:
+                continue
+        if found:
+            raise ConfigError(f"{root}: every checkpoint is damaged")
+    raise ConfigError(
+        f"{source}: no complete checkpoint here (expected a checkpoint folder with {MARKER}, "
+        "a checkpoints folder, or a run directory)"
+    )
+
+
+def load_weights(source: Path, model: Any) -> Checkpoint:
+    """Load only the model weights of a checkpoint into ``model`` (a ``ZebraModel``, or anything
+    with megatron's ``sharded_state_dict``); no optimizer state is read. ``source`` is a
+    checkpoint folder, a checkpoints folder or a run directory (newest intact checkpoint)."""
+    ckpt = find(Path(source))
+    template = {"model": model.sharded_state_dict(metadata=sharded_metadata())}
+    try:
+        loaded = load(ckpt.folder, template)
+    except DamagedCheckpoint as exc:
+        raise ConfigError(f"checkpoint {exc}") from None
+    load_model_state(model, loaded["model"])
+    return ckpt
+
+
+def load_model_state(model: Any, state: dict[str, Any]) -> None:
+    """Put a loaded model state into ``model``; every parameter and buffer must be present."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # megatron's modules carry `_extra_state` entries (TE/FP8 metadata) we neither save nor use
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise ConfigError(
+            "the checkpoint does not fit this model: "
+            + (f"missing {', '.join(missing[:5])}" if missing else "")
+            + ("; " if missing and unexpected else "")
+            + (f"unexpected {', '.join(unexpected[:5])}" if unexpected else "")
+        )
+
+
+def sharded_metadata() -> dict[str, Any]:
+    """The metadata megatron's ``sharded_state_dict`` calls take for our checkpoints."""
+    from megatron.core import parallel_state
+
+    return {
+        "dp_cp_group": parallel_state.get_data_parallel_group(with_context_parallel=True),
+        "singleton_local_shards": False,
+        "chained_optim_avoid_prefix": True,
+    }

@@ -1,0 +1,149 @@
+"""Typed records of a run directory: the resolved config, the checkpoint marker, metrics rows.
+
+Everything ``zebractl train`` writes for others to read (convert, verify, eval, compare, a resumed run)
+is one of these models, written and read only through :mod:`zebractl.run`. Their ``format_version`` /
+``schema_version`` changes whenever a field changes meaning.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from zebractl.schemas.base import StrictModel
+
+if TYPE_CHECKING:
+    from zebractl.config.resolve import Resolved
+
+MARKER_FORMAT = 2
+"""Checkpoint marker format. 1 (zebractl 0.1.0, no file list) is still read; 2 adds ``files``."""
+
+
+class ResolvedConfigRecord(StrictModel):
+    """``RUN/config.resolved.json``: the resolved recipe of the run, with provenance."""
+
+    schema_version: Literal[1] = 1
+    """Version of this document's layout."""
+    name: str
+    """Recipe name (file stem)."""
+    recipe: str
+    """The recipe file or shipped name the run was started from."""
+    config: dict[str, Any]
+    """Every resolved value, nested as in a recipe file (``model`` holds the merged preset)."""
+    provenance: dict[str, str]
+    """Where each dotted leaf came from: ``default``, ``FILE:LINE`` or ``--set``."""
+    zebractl_version: str
+    """zebractl version that wrote this file."""
+    created: str
+    """UTC time this file was written (ISO 8601)."""
+    reference: str | None = None
+    """Set for a reference run (e.g. ``fla``): which stack trained it."""
+
+    @classmethod
+    def of(cls, resolved: Resolved) -> ResolvedConfigRecord:
+        """The record of a resolved recipe, stamped now."""
+        import time
+
+        from zebractl import __version__
+
+        return cls(
+            name=resolved.name,
+            recipe=resolved.source,
+            config=resolved.values(),
+            provenance=resolved.provenance,
+            zebractl_version=__version__,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+
+
+class FileRecord(StrictModel):
+    """One file of a checkpoint folder, as it was when the checkpoint completed."""
+
+    path: str
+    """Path relative to the checkpoint folder."""
+    size: int = Field(ge=0)
+    """Size in bytes."""
+    sha256: str
+    """Hex SHA-256 of the content."""
+
+
+class CheckpointMarker(StrictModel):
+    """``iter_N/zebractl.json``, written last: the checkpoint is complete and these are its files."""
+
+    format_version: int = MARKER_FORMAT
+    """Marker format (see :data:`MARKER_FORMAT`)."""
+    iteration: int = Field(ge=0)
+    """Optimizer steps completed; the weights are those after this step."""
+    consumed_samples: int = Field(ge=0)
+    """Training samples consumed (the data position to resume from)."""
+    skipped_iterations: int = Field(0, ge=0)
+    """Updates skipped for non-finite values so far."""
+    optimizer_impl: str = "torch_fused"
+    """optimizer.impl that wrote the optimizer state."""
+    distributed_optimizer: bool = False
+    """Whether the optimizer state was sharded over data-parallel ranks."""
+    world_size: int | None = Field(None, gt=0)
+    """Processes that wrote the checkpoint (it loads on any data-parallel size)."""
+    run_id: str | None = None
+    """The training session that wrote it."""
+    zebractl_version: str
+    """zebractl version that wrote it."""
+    created: str | None = None
+    """UTC completion time (ISO 8601)."""
+    files: list[FileRecord] = Field(default_factory=list)
+    """Every file of the folder except this marker (empty in format 1)."""
+
+
+class TrainRow(StrictModel):
+    """A ``metrics.jsonl`` row for a logging interval of training."""
+
+    kind: Literal["train"] = "train"
+    """Row type."""
+    iteration: int = Field(ge=1)
+    """Last iteration of the interval."""
+    loss: float
+    """Mean training loss over the interval's updates (nats per token)."""
+    lr: float
+    """Learning rate of the last update."""
+    grad_norm: float
+    """Gradient norm (before clipping) of the last update."""
+    tokens_per_s: float
+    """Training tokens per second per process over the interval."""
+    tflops_per_gpu: float | None = None
+    """Model TFLOP/s per GPU (CUDA only)."""
+    mfu: float | None = None
+    """Model FLOPs utilisation against the GPU's bf16 peak (known GPUs only)."""
+    memory_gib: float | None = None
+    """Peak CUDA memory allocated so far, GiB (CUDA only)."""
+    consumed_samples: int = Field(ge=0)
+    """Training samples consumed after this iteration."""
+    skipped: int = Field(0, ge=0)
+    """Updates skipped in this interval (nonfinite.action skip)."""
+    wall_time: float
+    """Unix time the row was written."""
+    run_id: str
+    """The training session (one process launch) that wrote the row."""
+
+
+class ValRow(StrictModel):
+    """A ``metrics.jsonl`` row for one evaluation of the held-out data."""
+
+    kind: Literal["val"] = "val"
+    """Row type."""
+    iteration: int = Field(ge=0)
+    """Iteration whose weights were evaluated."""
+    val_loss: float | None
+    """Mean held-out loss (nats per token); null if it was not finite."""
+    val_ppl: float | None
+    """exp(val_loss); null if it overflows."""
+    tokens: int = Field(ge=0)
+    """Held-out tokens evaluated."""
+    wall_time: float
+    """Unix time the row was written."""
+    run_id: str
+    """The training session that wrote the row."""
+
+
+MetricsRow = Annotated[TrainRow | ValRow, Field(discriminator="kind")]
+"""One line of ``metrics.jsonl``."""

@@ -1,0 +1,151 @@
+"""The run directory: where everything a training run writes lives, by name, in one place.
+
+::
+
+    RUN/config.resolved.json        ResolvedConfigRecord (values + provenance)
+    RUN/metrics.jsonl               TrainRow / ValRow, one JSON object per line
+    RUN/tensorboard/                TensorBoard event files (train/*, val/*)
+    RUN/checkpoints/iter_0000020/   megatron torch_dist checkpoint + zebractl.json marker (written last)
+    RUN/data_cache/                 megatron's GPTDataset index cache (safe to delete)
+    RUN/reports/                    reports written by later commands (compare, ...)
+    RUN/eval/                       evaluation results
+    RUN/train.sbatch                the Slurm script of `zebractl train --slurm`
+
+``checkpoint.dir`` may move the checkpoints elsewhere; nothing else moves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from zebractl.config.errors import ConfigError
+from zebractl.run.records import ResolvedConfigRecord
+
+if TYPE_CHECKING:
+    from zebractl.schemas.recipe import RunConfig
+
+
+def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """Paths and records of one run directory."""
+
+    CONFIG = "config.resolved.json"
+    METRICS = "metrics.jsonl"
+
+    def __init__(self, root: Path, checkpoints: Path | None = None) -> None:
+        self.root = Path(root)
+        self.checkpoints = Path(checkpoints) if checkpoints else self.root / "checkpoints"
+
+    @classmethod
+    def for_recipe(cls, cfg: RunConfig, name: str, output: Path | None = None) -> RunDir:
+        """The run directory of a recipe: ``output``, else ``output_dir``, else ``runs/NAME``."""
+        root = output if output is not None else Path(cfg.output_dir or f"runs/{name}")
+        ckpt = cfg.checkpoint.dir
+        return cls(root, Path(ckpt) if ckpt else None)
+
+    # ---- paths -------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        """The resolved config with provenance."""
+        return self.root / self.CONFIG
+
+    @property
+    def metrics_path(self) -> Path:
+        """Training and validation metrics, JSON lines."""
+        return self.root / self.METRICS
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        """TensorBoard event files."""
+        return self.root / "tensorboard"
+
+    @property
+    def data_cache(self) -> Path:
+        """megatron's dataset index cache."""
+        return self.root / "data_cache"
+
+    @property
+    def reports_dir(self) -> Path:
+        """Reports of later commands."""
+        return self.root / "reports"
+
+    @property
+    def eval_dir(self) -> Path:
+        """Evaluation results."""
+        return self.root / "eval"
+
+    @property
+    def sbatch_path(self) -> Path:
+        """The Slurm batch script."""
+        return self.root / "train.sbatch"
+
+    @property
+    def slurm_log_pattern(self) -> str:
+        """Slurm's ``--output`` pattern (one log per job id)."""
+        return f"{self.root}/slurm-%j.log"
+
+    # ---- records -----------------------------------------------------------------------------
+    def create(self) -> None:
+        """Make the directory (and its checkpoint folder) if missing."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError(f"{self.root}: exists and is not a directory") from None
+        except OSError as exc:
+            raise ConfigError(f"{self.root}: cannot create the run directory: {exc}") from None
+
+    def write_config(self, record: ResolvedConfigRecord) -> None:
+        """Write the resolved config (atomically)."""
+        write_text_atomic(self.config_path, record.model_dump_json(indent=2) + "\n")
+
+    def read_config(self) -> ResolvedConfigRecord:
+        """The resolved config this run was started with."""
+        path = self.config_path
+        try:
+            return ResolvedConfigRecord.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: not a zebractl run directory (no {self.CONFIG})") from None
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: not a valid resolved config: {exc}") from None
+
+    def write_sbatch(self, script: str) -> Path:
+        """Write the Slurm script; returns its path."""
+        self.create()
+        write_text_atomic(self.sbatch_path, script)
+        return self.sbatch_path
+
+    def config_changes(self, record: ResolvedConfigRecord) -> list[str]:
+        """Dotted keys whose value differs from the config already in this directory."""
+        if not self.config_path.is_file():
+            return []
+        try:
+            old = json.loads(self.config_path.read_text(encoding="utf-8")).get("config", {})
+        except (OSError, ValueError):
+            return ["(unreadable previous config)"]
+        return sorted(_diff(old, record.config))
+
+
+def _diff(a: object, b: object, prefix: str = "") -> set[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: set[str] = set()
+        for k in set(a) | set(b):
+            out |= _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return set() if a == b else {prefix.rstrip(".")}

@@ -1,0 +1,611 @@
+"""The Trainer: one process per device (CPU, one GPU, or a rank of torchrun / Slurm).
+
+``setup`` builds everything from the resolved config: the model held by one of two engines
+(:mod:`zebractl.train.engine`), megatron's GPTDataset over the prepared data read by a DataLoader in
+consumed-samples order, megatron's ``OptimizerParamScheduler`` (linear warmup from 0, then the decay
+style, counted in samples), and resumes from the newest intact checkpoint of the run directory
+(:mod:`zebractl.run`). ``train_step`` is one optimizer step (gradient accumulation up to the global
+batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
+checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
+
+Stopping: SIGINT, SIGTERM and SIGUSR1 set a flag that is read only between steps (agreed by all
+ranks), so the checkpoint written on a stop holds exactly the last completed step, and the run
+resumed from it reproduces the uninterrupted run's losses bit for bit: the data order is a function of
+(seed, consumed samples) and every random state is checkpointed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from zebractl import __version__
+from zebractl.config.errors import ConfigError
+from zebractl.planning.flops import flops_per_token
+from zebractl.run import checkpoint as ckpt
+from zebractl.run.metrics import MetricsWriter
+from zebractl.run.records import CheckpointMarker, ResolvedConfigRecord, TrainRow, ValRow
+from zebractl.run.rundir import RunDir
+from zebractl.schemas.recipe import RunConfig, derive
+from zebractl.train.signals import StopFlag
+
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
+
+
+class TrainingError(RuntimeError):
+    """A run stopped for a reason the user must see (NaN loss, data exhausted, ...): exit 1."""
+
+
+@dataclass
+class RunResult:
+    """What a run did."""
+
+    iterations: int
+    resumed_from: int | None
+    final_loss: float | None
+    checkpoint: Path | None
+    stopped: str  # "done" | "signal" | "limit"
+    skipped: int = 0  # updates skipped for a non-finite loss or gradient (nonfinite.action skip)
+    signal: int | None = None  # the signal that stopped the run
+    val_loss: float | None = None  # the last validation loss
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class Trainer:
+    """Trains ``cfg`` into ``run``; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run: RunDir,
+        record: ResolvedConfigRecord,
+        *,
+        init_from: Path | None = None,
+        stop_after: int | None = None,
+        console: Callable[[str], None] = print,
+    ) -> None:
+        """``stop_after`` ends this process after that many steps without saving (a simulated
+        kill, for tests)."""
+        self.cfg, self.run, self.record = cfg, run, record
+        self.init_from, self.stop_after = init_from, stop_after
+        self._console = console
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.iteration = self.consumed = self.skipped = 0
+        self.resumed_from: int | None = None
+        self.last_saved: int | None = None
+        self.flag = StopFlag()
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def console(self, message: str) -> None:
+        """Print on rank 0 only."""
+        if self.rank == 0:
+            self._console(message)
+
+    def setup(self) -> None:
+        """Process group, checks, data, model and engine, schedule, resume, metrics."""
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        from zebractl.runtime import dist
+        from zebractl.train.data import build_datasets, resolve_data
+        from zebractl.train.engine import build_engine, check_engine
+
+        cfg = self.cfg
+        p = cfg.parallelism
+        if (p.tp, p.pp, p.cp) != (1, 1, 1):
+            raise ConfigError(
+                "tensor, pipeline and context parallelism are not supported by "
+                "`zebractl train` yet; use parallelism.tp=pp=cp=1"
+            )
+        dist.ensure_initialized()
+        import torch.distributed as tdist
+
+        self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
+        g, micro = cfg.batch.global_, cfg.batch.micro
+        if g % (micro * self.world):
+            raise ConfigError(
+                f"batch.global {g} is not a multiple of batch.micro {micro} x {self.world} "
+                "process(es)"
+            )
+        self.accum = g // (micro * self.world)
+        self.iters = derive(cfg).iterations
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
+        check_engine(cfg, self.device)
+        self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
+        self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
+        if p.num_gpus != self.world:
+            self.console(
+                f"note: the recipe plans {p.num_gpus} GPUs; running on {self.world} process(es), "
+                f"so each step accumulates {self.accum} micro-batches of {micro} to keep the "
+                f"global batch of {g}"
+            )
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+
+        if self.rank == 0:
+            self.run.create()
+            changed = self.run.config_changes(self.record)
+            if changed:
+                self.console(
+                    "note: the config differs from the one this run directory was started with: "
+                    + ", ".join(changed[:8])
+                    + (" ..." if len(changed) > 8 else "")
+                )
+            self.run.write_config(self.record)
+        tdist.barrier()
+
+        spec = resolve_data(cfg)
+        val = cfg.validation
+        has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
+        if val is not None and not has_held_out:
+            raise ConfigError(
+                f"validation is on (every {val.interval} iterations) but the data has no held-out "
+                "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
+                "validation: null"
+            )
+        self.train_ds, self.valid_ds = build_datasets(
+            cfg,
+            spec,
+            self.iters * g,
+            val.iterations * g if val is not None else 0,
+            self.run.data_cache,
+        )
+
+        # every rank builds the same seeded initialisation; both engines average gradients over ranks
+        self.engine = build_engine(cfg, self.device, self.world, cfg.seed)
+        self.model = self.engine.model
+        s = cfg.schedule
+        self.sched = OptimizerParamScheduler(
+            self.engine.optimizer,
+            init_lr=0.0,
+            max_lr=s.lr,
+            min_lr=s.min_lr,
+            lr_warmup_steps=s.warmup_iterations * g,
+            lr_decay_steps=max(self.iters * g, s.warmup_iterations * g + 1),
+            lr_decay_style=s.decay_style,
+            start_wd=cfg.optimizer.weight_decay,
+            end_wd=cfg.optimizer.weight_decay,
+            wd_incr_steps=self.iters * g,
+            wd_incr_style="constant",
+        )
+        self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
+        self._resume()
+        self.last_saved = self.iteration if self.resumed_from is not None else None
+        self.metrics = MetricsWriter(
+            self.run,
+            resumed_at=self.iteration,
+            jsonl=cfg.logging.jsonl and self.rank == 0,
+            tensorboard=cfg.logging.tensorboard and self.rank == 0,
+            note=self.console,
+        )
+        self._batches = self._train_batches()
+        self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
+        self.peak = next(
+            (
+                v
+                for k, v in PEAK_BF16_FLOPS.items()
+                if self.device.type == "cuda" and k in torch.cuda.get_device_name()
+            ),
+            None,
+        )
+
+    def _train_batches(self):
+        from zebractl.train.data import ConsumedSamplesSampler, loader
+
+        c = self.cfg
+        sampler = ConsumedSamplesSampler(
+            len(self.train_ds), self.consumed, c.batch.micro, c.batch.global_, self.rank, self.world
+        )
+        return iter(loader(self.train_ds, sampler, c.data.num_workers, self.device.type == "cuda"))
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def _state(self, is_loading: bool = False) -> dict[str, Any]:
+        model_sd = self.model.sharded_state_dict(metadata=ckpt.sharded_metadata())
+        return {
+            "model": model_sd,
+            "optimizer": self.engine.sharded_optimizer_state(model_sd, is_loading),
+            "scheduler": self.sched.state_dict(),
+            "rng": _rng_state(),
+            "iteration": self.iteration,
+            "consumed_samples": self.consumed,
+            "skipped_iterations": self.skipped,
+            "zebractl_version": __version__,
+            "config": self.record.model_dump(mode="json"),
+        }
+
+    def _resume(self) -> None:
+        cfg, root = self.cfg, self.run.checkpoints
+        if cfg.checkpoint.resume != "never" and self._resume_newest_intact(root):
+            return
+        if cfg.checkpoint.resume == "require":
+            raise ConfigError(
+                f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
+            )
+        if self.init_from is not None:
+            done = ckpt.load_weights(self.init_from, self.model)
+            self.engine.reload_model_params()
+            self.console(f"initialised weights from {done.folder} (fresh optimizer and schedule)")
+
+    def _resume_newest_intact(self, root: Path) -> bool:
+        """Load the newest checkpoint that verifies and loads on every rank; damaged ones are
+        named and skipped. Rank 0 verifies (sizes, checksums) and chooses; loading is collective."""
+        import torch.distributed as tdist
+
+        failed: dict[int, str] = {}
+        while True:
+            choice: list[Any] = [None, None]
+            if self.rank == 0:
+                found, damaged = ckpt.newest_intact(root, self.console, failed)
+                choice = [found.iteration if found else None, damaged]
+            if self.world > 1:
+                tdist.broadcast_object_list(choice, src=0)
+            iteration, damaged = choice
+            if iteration is None:
+                if damaged:
+                    raise ckpt.all_damaged(root, damaged)
+                return False
+            folder = ckpt.checkpoint_dir(root, iteration)
+            ok, why = torch.ones(1), ""
+            try:
+                self._load_checkpoint(ckpt.Checkpoint(folder, ckpt.read_marker(folder)))
+            except ckpt.DamagedCheckpoint as exc:
+                ok.zero_()
+                why = exc.reason
+                self._console(f"warning: checkpoint {exc.folder} is damaged: {why}; skipping it")
+            if self.world > 1:
+                tdist.all_reduce(ok, op=tdist.ReduceOp.MIN, group=_cpu_group())
+            if ok.item():
+                self.resumed_from = iteration
+                self.console(
+                    f"resumed from {folder} (iteration {self.iteration}, {self.consumed:,} "
+                    "samples consumed)"
+                )
+                return True
+            failed[iteration] = why or "it failed to load on another rank"
+
+    def _load_checkpoint(self, found: ckpt.Checkpoint) -> None:
+        m = found.marker
+        saved = (m.optimizer_impl, m.distributed_optimizer)
+        if saved != (self.engine.impl, self.engine.distributed):
+            raise ConfigError(
+                f"{found.folder} holds the optimizer state of optimizer.impl '{saved[0]}' with "
+                f"parallelism.distributed_optimizer {str(saved[1]).lower()}, but this run uses "
+                f"'{self.engine.impl}' with {str(self.engine.distributed).lower()}; resume with "
+                "the same settings, or start a new output directory with --init-from to keep the "
+                "weights"
+            )
+        loaded = ckpt.load(found.folder, self._state(is_loading=True))
+        ckpt.load_model_state(self.model, loaded["model"])
+        self.engine.load_optimizer_state(loaded["optimizer"])
+        self.sched.load_state_dict(loaded["scheduler"])
+        _set_rng_state(loaded["rng"])
+        self.iteration = loaded["iteration"]
+        self.consumed = loaded["consumed_samples"]
+        self.skipped = loaded.get("skipped_iterations", 0)
+
+    def save(self) -> Path:
+        """Checkpoint the current step (collective)."""
+        marker = CheckpointMarker(
+            iteration=self.iteration,
+            consumed_samples=self.consumed,
+            skipped_iterations=self.skipped,
+            optimizer_impl=self.engine.impl,
+            distributed_optimizer=self.engine.distributed,
+            world_size=self.world,
+            run_id=self.run_id,
+            zebractl_version=__version__,
+        )
+        folder = ckpt.save(
+            self.run.checkpoints,
+            self.iteration,
+            self._state(),
+            marker,
+            keep_last=self.cfg.checkpoint.keep_last,
+            is_writer=self.rank == 0,
+        )
+        self.last_saved = self.iteration
+        return folder
+
+    # ---- steps ---------------------------------------------------------------------------------
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.engine.autocast)
+
+    def train_step(self) -> tuple[torch.Tensor | None, Any]:
+        """One optimizer step over a global batch; returns (loss, grad norm), loss None if the
+        update was skipped for a non-finite value. Counters advance only when the step is done."""
+        engine, device = self.engine, self.device
+        self.model.train()
+        engine.zero_grad()
+        loss_acc = torch.zeros((), device=device)
+        for n_mb in range(1, self.accum + 1):
+            try:
+                mb = next(self._batches)
+            except StopIteration:
+                raise TrainingError(
+                    f"out of data: the step after {self.consumed:,} samples needs "
+                    f"{self.cfg.batch.global_} more but the dataset has {len(self.train_ds):,}"
+                ) from None
+            mb = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
+            # reduce gradients across ranks once, on the last micro-batch of the step
+            ctx = contextlib.nullcontext() if n_mb == self.accum else engine.no_sync()
+            with ctx, self._autocast():
+                loss_sum, ntok = engine.forward(
+                    mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
+                )
+                loss = loss_sum / ntok.clamp(min=1) / self.accum
+                loss.backward()
+            loss_acc += loss.detach()
+        engine.finish_grads()
+        result: tuple[torch.Tensor | None, Any]
+        if self.max_skipped is not None and not self._all_finite(loss_acc):
+            # one host sync per step, the price of deciding before the update
+            self.skipped += 1
+            result = (None, None)
+        else:
+            grad_norm = engine.step()
+            self.sched.step(increment=self.cfg.batch.global_)
+            result = (loss_acc, grad_norm)
+        self.iteration += 1
+        self.consumed += self.cfg.batch.global_
+        return result
+
+    def _all_finite(self, loss: torch.Tensor) -> bool:
+        """Whether the step's loss and every gradient are finite on every rank."""
+        import torch.distributed as tdist
+
+        bad = (~(torch.isfinite(loss) & self.engine.grads_finite())).to(torch.float32).reshape(1)
+        if self.world > 1:
+            tdist.all_reduce(bad)
+        return bad.item() == 0
+
+    @torch.no_grad()
+    def evaluate(self) -> ValRow:
+        """Mean loss over ``validation.iterations`` global batches of held-out data (the same
+        samples every time), over all ranks."""
+        import torch.distributed as tdist
+
+        from zebractl.train.data import ConsumedSamplesSampler, loader
+
+        c, val = self.cfg, self.cfg.validation
+        assert val is not None and self.valid_ds is not None
+        n = min(len(self.valid_ds), val.iterations * c.batch.global_)
+        sampler = ConsumedSamplesSampler(
+            n, 0, c.batch.micro, c.batch.global_, self.rank, self.world
+        )
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self.model.eval()
+        try:
+            for mb in loader(
+                self.valid_ds, sampler, c.data.num_workers, self.device.type == "cuda"
+            ):
+                mb = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+                with self._autocast():
+                    loss_sum, ntok = self.engine.forward(
+                        mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
+                    )
+                total += torch.stack([loss_sum.double(), ntok.double()])
+        finally:
+            self.model.train()
+        if self.world > 1:
+            tdist.all_reduce(total)
+        loss_sum, tokens = total.tolist()
+        loss = loss_sum / tokens if tokens else math.nan
+        finite = math.isfinite(loss)
+        return ValRow(
+            iteration=self.iteration,
+            val_loss=loss if finite else None,
+            val_ppl=math.exp(loss) if finite and loss < 700 else None,
+            tokens=int(tokens),
+            wall_time=time.time(),
+            run_id=self.run_id,
+        )
+
+    def _stop_requested(self) -> int | None:
+        """The stop signal, agreed by all ranks at a step boundary (one tiny CPU all-reduce)."""
+        import torch.distributed as tdist
+
+        signum = self.flag.signum or 0
+        if self.world > 1:
+            t = torch.tensor([signum], dtype=torch.int64)
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=_cpu_group())
+            signum = int(t.item())
+        return signum or None
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def fit(self) -> RunResult:
+        """Set up, train to the end (or a stop), validate and checkpoint; returns what happened."""
+        with self.flag:
+            self.setup()
+            try:
+                return self._loop()
+            finally:
+                self.metrics.close()
+
+    def _loop(self) -> RunResult:
+        cfg = self.cfg
+        val_every = cfg.validation.interval if cfg.validation is not None else None
+        window_loss, window_steps, window_skipped = torch.zeros((), device=self.device), 0, 0
+        grad_norm: Any = None
+        t_last = time.perf_counter()
+        final_loss = val_loss = None
+        saved: Path | None = None
+        stopped, signum, run_steps = "done", None, 0
+        last_val: int | None = None
+        while self.iteration < self.iters:
+            signum = self._stop_requested()
+            if signum is not None:
+                stopped = "signal"
+                break
+            if self.stop_after is not None and run_steps >= self.stop_after:
+                stopped = "limit"
+                break
+            loss, norm = self.train_step()
+            run_steps += 1
+            if loss is None:
+                window_skipped += 1
+                self.console(
+                    f"iteration {self.iteration}: non-finite loss or gradient; update skipped"
+                )
+                if self.max_skipped and self.skipped > self.max_skipped:
+                    raise TrainingError(
+                        f"{self.skipped} updates skipped for non-finite values by iteration "
+                        f"{self.iteration} (nonfinite.max_skipped is {self.max_skipped}); stopping"
+                    )
+            else:
+                window_loss += loss
+                window_steps += 1
+                grad_norm = norm
+            it = self.iteration
+            if (it % cfg.logging.interval == 0 or it == self.iters) and window_steps:
+                row = self._train_row(
+                    window_loss / window_steps, grad_norm, window_steps, window_skipped, t_last
+                )
+                self._log(row)
+                final_loss = row.loss
+                window_loss, window_steps, window_skipped = torch.zeros_like(window_loss), 0, 0
+                t_last = time.perf_counter()
+            paused = time.perf_counter()  # validation and saves are not training throughput
+            if val_every is not None and (it % val_every == 0 or it == self.iters):
+                val_loss = self._validate()
+                last_val = it
+            if it % cfg.checkpoint.interval == 0 or it == self.iters:
+                saved = self.save()
+            t_last += time.perf_counter() - paused
+        if stopped == "signal" and self.last_saved != self.iteration:
+            self.console(
+                f"stopping on {_signame(signum)} after iteration {self.iteration}: saving a "
+                "checkpoint"
+            )
+            saved = self.save()
+        elif stopped == "signal":
+            self.console(f"stopping on {_signame(signum)} after iteration {self.iteration}")
+        if stopped == "done" and val_every is not None and last_val != self.iteration:
+            val_loss = self._validate()
+        if saved is None and self.last_saved is not None:
+            saved = ckpt.checkpoint_dir(self.run.checkpoints, self.last_saved)
+        return RunResult(
+            self.iteration,
+            self.resumed_from,
+            final_loss,
+            saved,
+            stopped,
+            self.skipped,
+            signum,
+            val_loss,
+        )
+
+    def _train_row(
+        self, mean: torch.Tensor, grad_norm: Any, steps: int, skipped: int, t_last: float
+    ) -> TrainRow:
+        import torch.distributed as tdist
+
+        if self.world > 1:  # SUM then divide: gloo has no AVG
+            tdist.all_reduce(mean)
+            mean = mean / self.world
+        value = mean.item()  # the one host sync per interval
+        if not math.isfinite(value):
+            raise TrainingError(
+                f"the loss is {value} at iteration {self.iteration} (averaged over the last "
+                "logging interval); stopping (--set nonfinite.action=skip drops such updates "
+                "instead)"
+            )
+        tps = (steps + skipped) * self.cfg.batch.global_ * self.cfg.data.seq_length
+        tps /= (time.perf_counter() - t_last) * self.world
+        cuda = self.device.type == "cuda"
+        tflops = tps * self.flops_tok / 1e12
+        return TrainRow(
+            iteration=self.iteration,
+            loss=value,
+            lr=self.engine.optimizer.param_groups[0]["lr"],
+            grad_norm=float(grad_norm),
+            tokens_per_s=tps,
+            tflops_per_gpu=tflops if cuda else None,
+            mfu=tflops * 1e12 / self.peak if self.peak else None,
+            memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+            consumed_samples=self.consumed,
+            skipped=skipped,
+            wall_time=time.time(),
+            run_id=self.run_id,
+        )
+
+    def _log(self, row: TrainRow) -> None:
+        if self.rank == 0:
+            self.metrics.write(row)
+        parts = [
+            f"iter {row.iteration:>6}",
+            f"loss {row.loss:.4f}",
+            f"lr {row.lr:.3e}",
+            f"grad {row.grad_norm:.3f}",
+            f"{row.tokens_per_s:,.0f} tok/s",
+        ]
+        if row.tflops_per_gpu is not None:
+            parts.append(f"{row.tflops_per_gpu:.1f} TFLOP/s")
+        if row.mfu is not None:
+            parts.append(f"MFU {100 * row.mfu:.1f}%")
+        if row.memory_gib is not None:
+            parts.append(f"mem {row.memory_gib:.1f} GiB")
+        self.console(" | ".join(parts))
+
+    def _validate(self) -> float | None:
+        row = self.evaluate()
+        if self.rank == 0:
+            self.metrics.write(row)
+        loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
+        ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
+        self.console(
+            f"iter {row.iteration:>6} | val_loss {loss} | val_ppl {ppl} | {row.tokens:,} tokens"
+        )
+        return row.val_loss
+
+
+def _signame(signum: int | None) -> str:
+    from zebractl.train.signals import name
+
+    return name(signum) if signum else "a signal"
+
+
+_CPU_GROUP: Any = None
+
+
+def _cpu_group() -> Any:
+    """A gloo group for the per-step stop agreement: no GPU synchronisation."""
+    global _CPU_GROUP
+    import torch.distributed as tdist
+
+    if _CPU_GROUP is None:
+        # one-process-per-GPU runs use "cpu:gloo,cuda:nccl": CPU tensors already go through gloo
+        gloo = "gloo" in str(tdist.get_backend())
+        _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
+    return _CPU_GROUP
