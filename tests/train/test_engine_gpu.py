@@ -64,7 +64,7 @@ def _losses(out: Path) -> dict[int, float]:
     return {r["iteration"]: r["loss"] for r in rows if r["kind"] == "train"}
 
 
-def test_bf16_params_with_fp32_main_params(demo_data):
+def test_bf16_params_with_fp32_main_params(demo_data, process_group):
     from zebractl.train.engine import MegatronEngine, build_engine
 
     cfg = _cfg(demo_data, "schedule.iterations=2")

@@ -327,6 +327,7 @@ class Trainer:
             run_id=self.run_id,
             zebractl_version=__version__,
         )
+        t0 = time.perf_counter()
         folder = ckpt.save(
             self.run.checkpoints,
             self.iteration,
@@ -336,6 +337,7 @@ class Trainer:
             is_writer=self.rank == 0,
         )
         self.last_saved = self.iteration
+        self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
         return folder
 
     # ---- steps ---------------------------------------------------------------------------------
