@@ -17,17 +17,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "slurm"
-FAST = [
-    "batch.micro=4",
-    "batch.global=8",
-    "data.seq_length=64",
-    "logging.interval=1",
-    "logging.tensorboard=false",
-    "checkpoint.interval=1000",
-    "schedule.warmup_iterations=2",
-    "schedule.iterations=4",
-    "validation=null",
-]
 
 
 def test_slurm_script_snapshot(cli, tmp_path, monkeypatch):
@@ -71,12 +60,8 @@ def test_submit_without_sbatch_is_a_clear_failure(cli, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "sbatch is not on PATH" in r.stderr
 
 
-def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path):
-    sets = [
-        x
-        for s in [f"data.paths=[{{path: {demo_data}}}]", *FAST, "checkpoint.interval=2"]
-        for x in ("--set", s)
-    ]
+def test_two_process_data_parallel_matches_one_process(cli, fast, tmp_path):
+    sets = fast.args("schedule.iterations=4", "checkpoint.interval=2")
     one = cli("train", "tiny_kda", *sets, "--output", str(tmp_path / "one"))
     assert one.exit_code == 0, one.output
     two = cli("train", "tiny_kda", "--nproc", "2", *sets, "--output", str(tmp_path / "two"))
@@ -108,12 +93,11 @@ def test_two_process_data_parallel_matches_one_process(cli, demo_data, tmp_path)
         assert resumed == pytest.approx((a if src == "one" else b)[2:], rel=1e-4)
 
 
-def test_sigterm_to_a_torchrun_launch_saves_every_rank_and_exits_143(demo_data, tmp_path):
+def test_sigterm_to_a_torchrun_launch_saves_every_rank_and_exits_143(fast, tmp_path):
     """The launcher forwards SIGTERM to the workers, which finish their step and save together."""
     out = tmp_path / "run"
-    sets = [f"data.paths=[{{path: {demo_data}}}]", *FAST, "schedule.iterations=400"]
     cmd = [sys.executable, "-m", "zebractl", "train", "tiny_kda", "--nproc", "2", "-o", str(out)]
-    cmd += [x for s in sets for x in ("--set", s)]
+    cmd += fast.args("schedule.iterations=400")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 240

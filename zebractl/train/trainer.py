@@ -182,6 +182,12 @@ class Trainer:
             val.iterations * g if val is not None else 0,
             self.run.data_cache,
         )
+        if val is not None and self.valid_ds is None:
+            raise ConfigError(
+                "the held-out part of the data holds no whole sample of data.seq_length "
+                f"{cfg.data.seq_length} tokens; give it a larger share (data.split or "
+                "--valid-fraction) or set validation: null"
+            )
 
         # every rank builds the same seeded initialisation; both engines average gradients over ranks
         self.engine = build_engine(cfg, self.device, self.world, cfg.seed)
@@ -449,11 +455,12 @@ class Trainer:
     def fit(self) -> RunResult:
         """Set up, train to the end (or a stop), validate and checkpoint; returns what happened."""
         with self.flag:
-            self.setup()
             try:
+                self.setup()
                 return self._loop()
             finally:
-                self.metrics.close()
+                if hasattr(self, "metrics"):
+                    self.metrics.close()
 
     def _loop(self) -> RunResult:
         cfg = self.cfg
