@@ -36,7 +36,7 @@ def test_lines_of_nested_keys(tmp_path):
     path.write_text("# comment\na: 1\nb:\n  c:\n    d: 2\n  e: [1, 2]\n")
     data, lines = load_with_lines(path)
     assert data == {"a": 1, "b": {"c": {"d": 2}, "e": [1, 2]}}
-    assert lines == {"a": 2, "b": 3, "b.c": 4, "b.c.d": 5, "b.e": 6}
+    assert lines == {"a": 2, "b": 3, "b.c": 4, "b.c.d": 5, "b.e": 6, "b.e.0": 6, "b.e.1": 6}
 
 
 def test_duplicate_key_is_an_error(tmp_path):

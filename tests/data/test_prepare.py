@@ -345,6 +345,9 @@ def test_bad_input_names_file_and_line(cli, tmp_path, monkeypatch, data, message
     assert r.exit_code == 0, r.output
     totals = json.loads(r.stdout)["manifest"]["totals"]
     assert totals["skipped"] == {reason: 1}
+    # the records after the bad one are still read (the last line is a good document)
+    good = data.count(b"\n") + 1 - 1  # lines before "last" minus the bad one, plus "last"
+    assert totals["documents"] == good, totals
 
 
 def test_invalid_utf8_in_a_text_file(cli, tmp_path, monkeypatch):

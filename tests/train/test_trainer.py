@@ -136,6 +136,16 @@ def test_nan_loss_stops_naming_the_iteration(cli, fast, tmp_path, monkeypatch):
     assert "the loss is nan at iteration 3" in r.stderr
 
 
+def test_a_non_finite_gradient_norm_with_a_finite_loss_stops_too(cli, fast, tmp_path, monkeypatch):
+    from zebractl.train import engine
+
+    real = engine.TorchEngine.step
+    monkeypatch.setattr(engine.TorchEngine, "step", lambda self: (real(self), float("inf"))[1])
+    r = cli("train", "tiny_kda", *fast.args("schedule.iterations=3"), "--output", str(tmp_path))
+    assert r.exit_code == 1, r.output
+    assert "the gradient norm is inf at iteration 1" in r.stderr and "Traceback" not in r.output
+
+
 def test_nonfinite_skip_drops_the_update_and_counts_it(fast, tmp_path, monkeypatch):
     _poison_forward(monkeypatch, lambda n: n in (5, 6))  # iteration 3's two micro-batches
     msgs: list[str] = []

@@ -101,8 +101,8 @@ def require(modules: tuple[str, ...], extra: str, what: str) -> None:
 def emit_json(report: Report) -> None:
     """Write one report model (``zebractl.schemas.reports``) to stdout as exactly one JSON document.
 
-    Keys are the fields' aliases; a non-finite float is written as null, so the text is always
-    valid JSON (never ``Infinity``/``NaN``). Indented, ASCII-only.
+    Keys are the fields' aliases; report floats are finite by construction, and ``allow_nan=False``
+    makes sure the text is valid JSON (never ``Infinity``/``NaN``). Indented, ASCII-only.
     """
     doc = json.loads(report.model_dump_json(by_alias=True))
     sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")

@@ -34,13 +34,12 @@ def plan(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""
-    from pathlib import Path
 
-    from zebractl.config.catalog import looks_like_path
+    from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
     from zebractl.planning.plan import Plan
 
-    ref: str | Path = Path(recipe) if looks_like_path(recipe) or Path(recipe).is_file() else recipe
+    ref = reference(recipe)
     r = resolve_recipe(ref, set_)
     report = Plan(r.source, r.run).report()
     if json_out:

@@ -56,6 +56,25 @@ def looks_like_path(ref: str) -> bool:
     return "/" in ref or os.sep in ref or ref.endswith((".yaml", ".yml"))
 
 
+def is_file(path: str | Path) -> bool:
+    """Whether ``path`` is a file; a name the file system refuses (too long, NUL) is an error
+    naming it (exit 2), not an ``OSError``."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError) as exc:
+        shown = (
+            str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...({len(str(path))} chars)"
+        )
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"{shown}: not a usable file name ({why})") from None
+
+
+def reference(ref: str) -> str | Path:
+    """A config named on the command line: a Path when it looks like one or is a file, else a
+    shipped name."""
+    return Path(ref) if looks_like_path(ref) or is_file(ref) else ref
+
+
 def find(ref: str, kind: Kind, base_dir: Path | None = None) -> Path:
     """Resolve a shipped name or a path (relative to ``base_dir``, then the working directory)."""
     if looks_like_path(ref):
@@ -65,7 +84,7 @@ def find(ref: str, kind: Kind, base_dir: Path | None = None) -> Path:
             else [*([base_dir / ref] if base_dir is not None else []), Path.cwd() / ref]
         )
         for c in candidates:
-            if c.is_file():
+            if is_file(c):
                 return c
         raise ConfigError(f"{ref}: no such {kind} file")
     names = shipped(kind)

@@ -122,6 +122,9 @@ def _where_of_leaves(
     if isinstance(value, dict):
         for k, v in value.items():
             _where_of_leaves(v, f"{prefix}.{k}", lines, display, where)
+    elif isinstance(value, list):  # list items (e.g. data.paths.1.weight) have lines too
+        for i, v in enumerate(value):
+            _where_of_leaves(v, f"{prefix}.{i}", lines, display, where)
 
 
 def _merge(
@@ -200,7 +203,7 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
             node = child
         for stale in [k for k in where if k == key or k.startswith(key + ".")]:
             del where[stale]
-        node[parts[-1]] = parse_scalar(text)
+        node[parts[-1]] = parse_scalar(text, f"--set {key}")
         where[key] = "--set"
         if isinstance(node[parts[-1]], dict):
             for leaf in _leaf_keys(node[parts[-1]], key):
@@ -299,7 +302,11 @@ _BOUNDS = {
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
-    return f"{value!r} ({type(value).__name__})"
+    text = repr(value)
+    if len(text) > 60:
+        what = f"a {len(text)}-digit integer" if isinstance(value, int) else f"{text[:40]}..."
+        return f"{what} ({type(value).__name__})"
+    return f"{text} ({type(value).__name__})"
 
 
 def _render(
@@ -345,6 +352,8 @@ def _render(
         )
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         msg = f"expected one of {expected}, got {_describe(value)}{hint}"
+    elif kind == "finite_number":
+        msg = f"must be a finite number, got {_describe(err.get('input'))}"
     elif kind in ("too_short", "too_long"):
         msg = err["msg"][0].lower() + err["msg"][1:]
     else:
@@ -430,13 +439,21 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
             preset_ref, preset_layer = layer.data["preset"], layer
     for item in sets or []:
         if item.partition("=")[0].strip() == "preset":
-            preset_ref, preset_layer = parse_scalar(item.partition("=")[2]), None
+            preset_ref, preset_layer = parse_scalar(item.partition("=")[2], "--set preset"), None
     if preset_ref is None:
-        raise ConfigError(
+        problems = [
+            f"{layer.display}:{layer.lines[key]}: unknown key '{key}': zebractl has exactly one "
+            f"inheritance key, '{INHERIT_KEY}' (did you mean '{INHERIT_KEY}: {value}' to start "
+            f"from another recipe, or 'preset: {value}' to name the architecture?)"
+            for layer in chain
+            for key, value in layer.data.items()
+            if key in _INHERIT_LOOKALIKES
+        ]
+        problems.append(
             f"{source}: preset: required key is missing (name the architecture, e.g. "
-            "`preset: kda_300M`; `zebractl presets` lists them)",
-            key="preset",
+            "`preset: kda_300M`; `zebractl presets` lists them)"
         )
+        raise ConfigError("\n".join(problems), problems=problems, key="preset")
     named_at = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
     if not isinstance(preset_ref, str):
         raise ConfigError(
@@ -461,9 +478,9 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
 
 def resolve_any(ref: str, sets: list[str] | None = None) -> Resolved:
     """A recipe or preset, by path (kind detected) or shipped name (recipes first)."""
-    if catalog.looks_like_path(ref) or Path(ref).is_file():
+    if catalog.looks_like_path(ref) or catalog.is_file(ref):
         path = Path(ref)
-        if not path.is_file():
+        if not catalog.is_file(path):
             raise ConfigError(f"{ref}: no such file")
         kind = detect_kind(path)
         return resolve_recipe(path, sets) if kind == "recipe" else resolve_preset(path, sets)

@@ -40,7 +40,13 @@ from zebractl.data.sources import InputError, Source, documents, expand_inputs
 FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
 ENCODE_BATCH = 256  # documents per tokenizer call
 MANIFEST_VERSION = 1
-RECORD_PROBLEMS = ("malformed_json", "missing_text_key", "invalid_utf8", "not_text")
+RECORD_PROBLEMS = (
+    "malformed_json",
+    "missing_text_key",
+    "invalid_utf8",
+    "invalid_unicode",
+    "not_text",
+)
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ def validate_options(opts: PrepareOptions) -> None:
         raise ConfigError(f"--valid-fraction must be in [0, 1), got {opts.valid_fraction}")
     if opts.shard_bytes <= 0:
         raise ConfigError("--shard-size must be positive")
+    out = Path(opts.output)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {out}: exists and is not a folder; choose a new --output")
 
 
 def plan_shards(sources: list[Source], shard_bytes: int, workers: int) -> list[Shard]:
@@ -332,16 +341,15 @@ def tokenize_shard(
 
 
 def _checked(docs, skip_bad: bool, skipped: Counter):
-    """Pass documents through; with skip_bad, count and skip bad records instead of failing."""
-    while True:
-        try:
-            yield next(docs)
-        except StopIteration:
-            return
-        except InputError as exc:
-            if not skip_bad or exc.reason not in RECORD_PROBLEMS:
-                raise  # a whole-file problem ends this source (the caller counts it)
-            skipped[exc.reason] += 1
+    """Pass documents through; a bad record raises, or with skip_bad is counted and skipped (the
+    rest of its file is still read). Whole-file problems raise from ``docs`` itself."""
+    for item in docs:
+        if isinstance(item, InputError):
+            if not skip_bad or item.reason not in RECORD_PROBLEMS:
+                raise item
+            skipped[item.reason] += 1
+            continue
+        yield item
 
 
 # ---- orchestration -----------------------------------------------------------------------------
@@ -453,6 +461,15 @@ def prepare(
         time.time() - started,
         fresh={sh.name for sh in todo},
     )
+    totals = manifest["totals"]
+    if totals["tokens"] == 0:
+        skipped = sum(totals["skipped"].values())
+        raise ConfigError(
+            f"no documents in {', '.join(s.path for s in sources[:3])}"
+            f"{' ...' if len(sources) > 3 else ''}: {len(sources)} file(s) read, "
+            f"{totals['empty_documents']} empty document(s), {skipped} record(s) skipped; "
+            "nothing to prepare (check --text-key and the input files)"
+        )
     _write_json(out / "manifest.json", manifest)
     if not any((out / ".tmp").iterdir()):
         (out / ".tmp").rmdir()

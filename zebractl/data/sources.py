@@ -12,12 +12,15 @@ from __future__ import annotations
 import glob as globlib
 import gzip
 import json
+import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from zebractl.config.errors import ConfigError
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_SUFFIXES = (".txt", ".md")
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
 
@@ -95,8 +98,10 @@ def expand_inputs(inputs: list[str]) -> list[Source]:
     return out
 
 
-def documents(src: Source, text_key: str) -> Iterator[tuple[str, str]]:
-    """Yield ``(text, location)``; malformed input raises :class:`InputError` (caller may skip)."""
+def documents(src: Source, text_key: str) -> Iterator[tuple[str, str] | InputError]:
+    """Yield ``(text, location)`` per document, or an :class:`InputError` for a bad record (the
+    caller raises it or, with --skip-bad, counts it and goes on with the next record). A problem
+    with the whole file (unreadable, damaged archive) raises :class:`InputError`."""
     kind = src.kind
     if kind == "jsonl":
         yield from _jsonl(src.path, text_key)
@@ -116,41 +121,69 @@ def _text(path: str) -> str:
         ) from None
 
 
-def _jsonl(path: str, text_key: str) -> Iterator[tuple[str, str]]:
-    opener = gzip.open if path.lower().endswith(".gz") else open
-    with opener(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{where}: invalid UTF-8 (byte {exc.start} of the line)", "invalid_utf8"
-                ) from None
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"{where}: malformed JSON ({exc.msg}, column {exc.colno})", "malformed_json"
-                ) from None
-            if not isinstance(obj, dict) or text_key not in obj:
-                keys = ", ".join(sorted(obj)[:8]) if isinstance(obj, dict) else type(obj).__name__
-                raise InputError(
-                    f"{where}: no '{text_key}' key (found: {keys}); choose the field "
-                    "with --text-key",
-                    "missing_text_key",
-                )
-            text = obj[text_key]
-            if not isinstance(text, str):
-                raise InputError(
-                    f"{where}: '{text_key}' holds {type(text).__name__}, not text", "not_text"
-                )
-            yield text, where
+def _jsonl(path: str, text_key: str) -> Iterator[tuple[str, str] | InputError]:
+    gz = path.lower().endswith(".gz")
+    opener = gzip.open if gz else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if raw.strip():
+                    try:
+                        yield _jsonl_record(raw, f"{path}:{lineno}", text_key)
+                    except InputError as exc:
+                        yield exc
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        what = "not gzip data" if lineno == 0 else "truncated or corrupt gzip data"
+        after = f" after line {lineno}" if lineno else ""
+        raise InputError(
+            f"{path}: {what}{after} ({type(exc).__name__}: {exc}); re-download or re-compress "
+            "it, or leave it out",
+            "corrupt_file",
+        ) from None
+    except OSError as exc:
+        raise InputError(
+            f"{path}: cannot read{f' after line {lineno}' if lineno else ''} ({exc})",
+            "corrupt_file",
+        ) from None
 
 
-def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str]]:
+def _jsonl_record(raw: bytes, where: str, text_key: str) -> tuple[str, str]:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{where}: invalid UTF-8 (byte {exc.start} of the line)", "invalid_utf8"
+        ) from None
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{where}: malformed JSON ({exc.msg}, column {exc.colno})", "malformed_json"
+        ) from None
+    except RecursionError:
+        raise InputError(f"{where}: malformed JSON (nested too deeply)", "malformed_json") from None
+    if not isinstance(obj, dict) or text_key not in obj:
+        keys = ", ".join(sorted(obj)[:8]) if isinstance(obj, dict) else type(obj).__name__
+        raise InputError(
+            f"{where}: no '{text_key}' key (found: {keys}); choose the field with --text-key",
+            "missing_text_key",
+        )
+    text = obj[text_key]
+    if not isinstance(text, str):
+        raise InputError(f"{where}: '{text_key}' holds {type(text).__name__}, not text", "not_text")
+    bad = _SURROGATE.search(text)
+    if bad:
+        raise InputError(
+            f"{where}: '{text_key}' holds a lone surrogate escape (\\u{ord(bad.group()):04x} at "
+            f"character {bad.start()}), which is not Unicode text; fix the record or pass "
+            "--skip-bad",
+            "invalid_unicode",
+        )
+    return text, where
+
+
+def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str] | InputError]:
     try:
         import pyarrow as pa
         import pyarrow.ipc
@@ -181,16 +214,33 @@ def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str]]:
             "missing_text_key",
         )
     row = 0
-    for batch in batches:
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise InputError(
+                f"{path}: corrupt {kind} data after row {row} ({first}); re-export the file or "
+                "leave it out",
+                "corrupt_file",
+            ) from None
         column = batch.column(batch.schema.get_field_index(text_key))
         for value in column.to_pylist():
             row += 1
             if value is None:
                 yield "", f"{path}:row {row}"
             elif not isinstance(value, str):
-                raise InputError(
+                yield InputError(
                     f"{path}:row {row}: '{text_key}' holds {type(value).__name__}, not text",
                     "not_text",
+                )
+            elif _SURROGATE.search(value):
+                yield InputError(
+                    f"{path}:row {row}: '{text_key}' holds a lone surrogate, not Unicode text; "
+                    "fix the row or pass --skip-bad",
+                    "invalid_unicode",
                 )
             else:
                 yield value, f"{path}:row {row}"

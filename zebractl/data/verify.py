@@ -83,6 +83,7 @@ def verify(folder: str | Path) -> dict[str, Any]:
                 problems.append(f"{name}.bin: token id {top} >= vocabulary size {vocab}")
         documents += n_docs
         tokens += n_tokens
+    problems += _tokenizer_problems(root, manifest["tokenizer"])
     totals = manifest["totals"]
     if not problems and (documents, tokens) != (totals["documents"], totals["tokens"]):
         problems.append(
@@ -101,3 +102,22 @@ def verify(folder: str | Path) -> dict[str, Any]:
             "dtype": dtype.name,
         },
     }
+
+
+def _tokenizer_problems(root: Path, recorded: dict[str, Any]) -> list[str]:
+    """The dataset's own tokenizer copy must exist and be the one the manifest names."""
+    from zebractl.data.tokenizer import load_tokenizer
+
+    folder = root / recorded.get("path", "tokenizer")
+    if not folder.is_dir():
+        return [f"{folder.name}/: missing (the tokenizer the data was made with)"]
+    try:
+        tok = load_tokenizer(str(folder))
+    except ConfigError as exc:
+        return [f"{folder.name}/: unreadable ({exc})"]
+    if tok.fingerprint != recorded.get("fingerprint"):
+        return [
+            f"{folder.name}/: fingerprint {tok.fingerprint[:12]}, manifest says "
+            f"{str(recorded.get('fingerprint'))[:12]}"
+        ]
+    return []

@@ -1,7 +1,8 @@
 """The one base class every zebractl schema inherits.
 
 Strict on purpose: an unknown key is an error (``extra="forbid"``), a string is never coerced into a
-number (``strict=True``), and defaults are validated like user input. Field docstrings are the single
+number (``strict=True``), a float must be finite (``allow_inf_nan=False``; JSON has no Infinity either),
+and defaults are validated like user input. Numeric bounds live in :mod:`zebractl.schemas.bounds`. Field docstrings are the single
 source of documentation: they end up in ``--help``-style listings and in the generated JSON Schema.
 """
 
@@ -16,6 +17,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
         strict=True,
         validate_default=True,
         use_attribute_docstrings=True,

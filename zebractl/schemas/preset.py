@@ -14,13 +14,12 @@ from typing import Literal, NamedTuple
 
 from pydantic import Field
 
+from zebractl.schemas import bounds as B
 from zebractl.schemas.base import StrictModel
 
 RecurrentMixer = Literal["kda", "gdn", "mamba2"]
 Mixer = Literal["kda", "gdn", "mamba2", "mla"]
 Sublayer = Literal["kda", "gdn", "mamba2", "mla", "mlp"]
-
-PosInt = Field(gt=0)
 
 
 class NormConfig(StrictModel):
@@ -28,7 +27,7 @@ class NormConfig(StrictModel):
 
     type: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     """Pre-norms, final norm and MLA LoRA norms (mixers' gated output norms are RMSNorm by design)."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, gt=0, le=1)
     """Epsilon of every norm; passed explicitly to each one (never a framework default)."""
 
 
@@ -55,19 +54,19 @@ class LayoutConfig(StrictModel):
 class LinearAttentionConfig(StrictModel):
     """Fields shared by the delta-rule mixers (KDA, GDN)."""
 
-    num_heads: int = PosInt
+    num_heads: int = Field(gt=0, le=B.HEADS)
     """Query/key heads."""
-    head_k_dim: int | None = Field(None, gt=0)
+    head_k_dim: int | None = Field(None, gt=0, le=B.DIM)
     """Query/key head dimension; unset means hidden_size / num_heads."""
-    head_v_dim: int | None = Field(None, gt=0)
+    head_v_dim: int | None = Field(None, gt=0, le=B.DIM)
     """Value head dimension; set this or expand_v, not both."""
-    expand_v: float | None = Field(None, gt=0)
+    expand_v: float | None = Field(None, gt=0, le=64)
     """Value head dimension as a multiple of head_k_dim (FLA's expand_v)."""
-    num_v_heads: int | None = Field(None, gt=0)
+    num_v_heads: int | None = Field(None, gt=0, le=B.HEADS)
     """Value heads; more than num_heads is grouped-value attention (GVA). Unset means num_heads."""
     use_short_conv: bool = True
     """Depthwise causal convolution + SiLU over [q|k|v]."""
-    conv_size: int = Field(4, gt=0)
+    conv_size: int = Field(4, gt=0, le=B.KERNEL)
     """Kernel size of the short convolution."""
     allow_neg_eigval: bool = False
     """Scale beta to (0, 2) so the transition may have negative eigenvalues."""
@@ -94,15 +93,15 @@ class GDNConfig(LinearAttentionConfig):
 class Mamba2Config(StrictModel):
     """Mamba2 (SSD) mixer. d_inner = expand * hidden_size, heads = d_inner / head_dim."""
 
-    state_dim: int = PosInt
+    state_dim: int = Field(gt=0, le=B.DIM)
     """SSM state size N."""
-    head_dim: int = PosInt
+    head_dim: int = Field(gt=0, le=B.DIM)
     """SSM head dimension P."""
-    num_groups: int = PosInt
+    num_groups: int = Field(gt=0, le=B.HEADS)
     """B/C groups; heads must divide evenly among them."""
-    expand: int = PosInt
+    expand: int = Field(gt=0, le=64)
     """d_inner = expand * hidden_size."""
-    conv_size: int = Field(4, gt=0)
+    conv_size: int = Field(4, gt=0, le=B.KERNEL)
     """Kernel size of the depthwise convolution over [x|B|C]."""
     conv_bias: bool = True
     """Bias on the depthwise convolution (Mamba2's default; a convolution, not a linear)."""
@@ -111,36 +110,36 @@ class Mamba2Config(StrictModel):
 class YarnConfig(StrictModel):
     """YaRN RoPE scaling. factor 1.0 makes it plain RoPE."""
 
-    factor: float = Field(gt=0)
+    factor: float = Field(gt=0, le=1024)
     """Context extension factor."""
-    original_max_position_embeddings: int = PosInt
+    original_max_position_embeddings: int = Field(gt=0, le=B.POSITIONS)
     """Context length the RoPE frequencies were designed for."""
-    beta_fast: float = Field(32.0, gt=0)
+    beta_fast: float = Field(32.0, gt=0, le=1e4)
     """YaRN beta_fast."""
-    beta_slow: float = Field(1.0, gt=0)
+    beta_slow: float = Field(1.0, gt=0, le=1e4)
     """YaRN beta_slow."""
-    mscale: float = Field(1.0, gt=0)
+    mscale: float = Field(1.0, gt=0, le=1e3)
     """YaRN mscale."""
-    mscale_all_dim: float = Field(1.0, ge=0)
+    mscale_all_dim: float = Field(1.0, ge=0, le=1e3)
     """YaRN mscale_all_dim."""
 
 
 class MLAConfig(StrictModel):
     """Multi-Latent Attention (DeepSeek-V2 style). Every dimension must be given."""
 
-    num_heads: int = PosInt
+    num_heads: int = Field(gt=0, le=B.HEADS)
     """Attention heads."""
-    q_lora_rank: int | None = Field(gt=0)
+    q_lora_rank: int | None = Field(gt=0, le=B.DIM)
     """Rank of the query down-projection; null means a full-rank query projection."""
-    kv_lora_rank: int = PosInt
+    kv_lora_rank: int = Field(gt=0, le=B.DIM)
     """Rank of the joint key/value down-projection."""
-    qk_head_dim: int = PosInt
+    qk_head_dim: int = Field(gt=0, le=B.DIM)
     """Per-head query/key dimension without RoPE (FLA qk_nope_head_dim)."""
-    qk_pos_emb_head_dim: int = PosInt
+    qk_pos_emb_head_dim: int = Field(gt=0, le=B.DIM)
     """Per-head query/key RoPE dimension (FLA qk_rope_head_dim)."""
-    v_head_dim: int = PosInt
+    v_head_dim: int = Field(gt=0, le=B.DIM)
     """Per-head value dimension."""
-    rope_base: float = Field(gt=0)
+    rope_base: float = Field(gt=0, le=B.SCALE)
     """RoPE base (theta)."""
     rope_type: Literal["rope", "yarn"]
     """Plain RoPE or YaRN-scaled RoPE (then `yarn` is required)."""
@@ -153,23 +152,23 @@ class ModelConfig(StrictModel):
 
     description: str = ""
     """One-line summary shown by `zebractl presets`."""
-    vocab_size: int = PosInt
+    vocab_size: int = Field(gt=0, le=B.VOCAB)
     """Tokenizer vocabulary size."""
-    make_vocab_size_divisible_by: int = Field(128, gt=0)
+    make_vocab_size_divisible_by: int = Field(128, gt=0, le=1 << 16)
     """Embedding rows are padded up to a multiple of this."""
-    hidden_size: int = PosInt
+    hidden_size: int = Field(gt=0, le=B.DIM)
     """Model width."""
-    ffn_hidden_size: int = PosInt
+    ffn_hidden_size: int = Field(gt=0, le=B.FFN)
     """SwiGLU intermediate size (fc1 has 2x this many rows: [gate; up])."""
-    num_blocks: int = PosInt
+    num_blocks: int = Field(gt=0, le=B.BLOCKS)
     """Blocks of (mixer sublayer, MLP sublayer); Megatron sublayers = 2 * num_blocks."""
     layout: LayoutConfig
     """Mixer of each block."""
-    max_position_embeddings: int = PosInt
+    max_position_embeddings: int = Field(gt=0, le=B.POSITIONS)
     """Longest sequence the model is configured for (MLA RoPE tables; FLA config field)."""
     tie_embeddings: bool = True
     """Share the input embedding with the output layer."""
-    init_std: float = Field(0.02, gt=0)
+    init_std: float = Field(0.02, gt=0, le=10)
     """Std of the normal init of every linear, conv and embedding weight."""
     init_scaled_output: bool = False
     """Depth-scale the init of output projections (Megatron's default; FLA does not)."""

@@ -7,10 +7,11 @@ layers merge, and cross-field rules are in :func:`run_problems`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
+from zebractl.schemas import bounds as B
 from zebractl.schemas.base import StrictModel
 from zebractl.schemas.preset import ModelConfig, Problem, max_sequence_length, model_problems
 
@@ -20,7 +21,7 @@ class DatasetEntry(StrictModel):
 
     path: str
     """Path prefix of the .bin/.idx pair, or a prepared dataset directory."""
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, le=B.WEIGHT)
     """Blend weight relative to the other datasets."""
 
 
@@ -29,25 +30,27 @@ class DataConfig(StrictModel):
 
     paths: list[DatasetEntry] = Field(min_length=1)
     """Prepared datasets and their blend weights."""
-    split: list[float] | None = Field(None, min_length=3, max_length=3)
+    split: list[Annotated[float, Field(ge=0, le=B.WEIGHT)]] | None = Field(
+        None, min_length=3, max_length=3
+    )
     """Train / validation / test proportions carved out of each dataset's train shards (megatron's
     split). Unset: the held-out data is the validation split `zebractl prepare --valid-fraction`
     wrote, if any. Setting both is an error."""
-    seq_length: int = Field(gt=0)
+    seq_length: int = Field(gt=0, le=B.SEQ)
     """Tokens per training sample."""
     tokenizer: str | None = None
     """The tokenizer the data must have been prepared with (a local directory/file, or a Hub id):
     checked against each dataset's manifest by name and fingerprint. Unset: the datasets' own."""
-    num_workers: int = Field(2, ge=0)
+    num_workers: int = Field(2, ge=0, le=B.WORKERS)
     """Data-loader worker processes per rank (0 loads in the training process)."""
 
 
 class BatchConfig(StrictModel):
     """Batch sizes in samples; gradient accumulation is derived."""
 
-    micro: int = Field(gt=0)
+    micro: int = Field(gt=0, le=B.MICRO)
     """Samples per GPU per forward/backward (micro-batch)."""
-    global_: int = Field(gt=0, alias="global")
+    global_: int = Field(gt=0, le=B.GLOBAL, alias="global")
     """Samples per optimizer step over all data-parallel ranks."""
 
 
@@ -62,11 +65,11 @@ class OptimizerConfig(StrictModel):
     """Adam beta1."""
     beta2: float = Field(0.999, ge=0, lt=1)
     """Adam beta2."""
-    eps: float = Field(1e-8, gt=0)
+    eps: float = Field(1e-8, gt=0, le=1)
     """Adam epsilon."""
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, le=10)
     """Decoupled weight decay."""
-    clip_grad: float = Field(1.0, ge=0)
+    clip_grad: float = Field(1.0, ge=0, le=1e6)
     """Global gradient-norm clip; 0 disables clipping."""
     no_decay: list[str] = Field(default_factory=lambda: ["*.bias", "*norm.weight"])
     """Glob patterns of parameter names that skip weight decay."""
@@ -75,30 +78,30 @@ class OptimizerConfig(StrictModel):
 class ScheduleConfig(StrictModel):
     """Learning-rate schedule and run length (iterations or a token budget)."""
 
-    lr: float = Field(gt=0)
+    lr: float = Field(gt=0, le=B.LR)
     """Peak learning rate."""
-    min_lr: float = Field(0.0, ge=0)
+    min_lr: float = Field(0.0, ge=0, le=B.LR)
     """Final learning rate of the decay."""
-    warmup_iterations: int = Field(0, ge=0)
+    warmup_iterations: int = Field(0, ge=0, le=B.STEPS)
     """Linear warmup from 0 to lr."""
     decay_style: Literal["cosine", "linear", "constant"] = "cosine"
     """Decay after warmup."""
-    iterations: int | None = Field(None, gt=0)
+    iterations: int | None = Field(None, gt=0, le=B.STEPS)
     """Optimizer steps; set this or train_tokens."""
-    train_tokens: int | None = Field(None, gt=0)
+    train_tokens: int | None = Field(None, gt=0, le=B.TOKENS)
     """Token budget; iterations = ceil(train_tokens / tokens per step)."""
 
 
 class ParallelismConfig(StrictModel):
     """How the run is laid out on GPUs; data parallel = num_gpus / (tp * pp * cp)."""
 
-    num_gpus: int = Field(1, gt=0)
+    num_gpus: int = Field(1, gt=0, le=B.GPUS)
     """GPUs the run is planned for (all nodes)."""
-    tp: int = Field(1, gt=0)
+    tp: int = Field(1, gt=0, le=B.PARALLEL)
     """Tensor-parallel size."""
-    pp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0, le=B.PARALLEL)
     """Pipeline-parallel size."""
-    cp: int = Field(1, gt=0)
+    cp: int = Field(1, gt=0, le=B.PARALLEL)
     """Context-parallel size."""
     distributed_optimizer: bool = False
     """Shard optimizer state across data-parallel ranks (ZeRO-1). `zebractl train` refuses it for
@@ -110,9 +113,9 @@ class CheckpointConfig(StrictModel):
 
     dir: str | None = None
     """Checkpoint directory; unset means OUTPUT_DIR/checkpoints."""
-    interval: int = Field(1000, gt=0)
+    interval: int = Field(1000, gt=0, le=B.STEPS)
     """Save every N iterations (and at the end)."""
-    keep_last: int = Field(3, ge=0)
+    keep_last: int = Field(3, ge=0, le=10**6)
     """Keep the newest N checkpoints; 0 keeps all."""
     resume: Literal["auto", "never", "require"] = "auto"
     """auto: resume from the newest valid checkpoint if any; require: fail without one."""
@@ -121,7 +124,7 @@ class CheckpointConfig(StrictModel):
 class LoggingConfig(StrictModel):
     """Metrics output."""
 
-    interval: int = Field(10, gt=0)
+    interval: int = Field(10, gt=0, le=B.STEPS)
     """Log every N iterations."""
     jsonl: bool = True
     """Write OUTPUT_DIR/metrics.jsonl."""
@@ -132,9 +135,9 @@ class LoggingConfig(StrictModel):
 class ValidationConfig(StrictModel):
     """Loss on held-out data during training (`data.split` or prepare's validation split)."""
 
-    interval: int = Field(1000, gt=0)
+    interval: int = Field(1000, gt=0, le=B.STEPS)
     """Evaluate every N iterations (and once at the end of the run)."""
-    iterations: int = Field(10, gt=0)
+    iterations: int = Field(10, gt=0, le=10**6)
     """Global batches per evaluation; the same held-out samples every time, so values compare."""
 
 
@@ -144,7 +147,7 @@ class NonFiniteConfig(StrictModel):
     action: Literal["stop", "skip"] = "stop"
     """stop: end the run at the next logging interval, naming the iteration. skip: check every step
     (one host sync per step), drop that step's update and count it."""
-    max_skipped: int = Field(10, ge=0)
+    max_skipped: int = Field(10, ge=0, le=B.STEPS)
     """skip: stop once more than this many updates were skipped in the run; 0 never stops."""
 
 
@@ -163,7 +166,7 @@ class KernelsConfig(StrictModel):
     """FLA Triton causal_conv1d for the short convolutions."""
     fused_linear_cross_entropy: bool = True
     """FLA FusedLinearCrossEntropyLoss: never materialises [tokens x vocab] logits."""
-    fused_ce_chunks: int = Field(32, gt=0)
+    fused_ce_chunks: int = Field(32, gt=0, le=4096)
     """Chunks of the fused linear cross-entropy."""
     kda_gate_in_kernel: bool = True
     """Compute the KDA decay gate inside chunk_kda (recomputed in backward)."""
@@ -204,7 +207,7 @@ class RunConfig(StrictModel):
     """Held-out evaluation; null turns it off."""
     nonfinite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
     """NaN/Inf guard."""
-    seed: int = 1234
+    seed: int = Field(1234, ge=0, le=B.SEED)
     """Random seed for init, data order and dropout."""
     output_dir: str | None = None
     """Run directory; unset means runs/<recipe name>."""

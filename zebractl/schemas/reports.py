@@ -5,9 +5,9 @@ Every command that takes ``--json`` builds one of the :class:`Report` models bel
 this module. ``zebractl schema export`` writes the JSON Schema of each report to
 ``schemas/reports/<command>.schema.json`` (see :data:`REPORTS`).
 
-JSON has no Infinity or NaN: computed floats are :class:`~pydantic.FiniteFloat` (a non-finite value
-is a bug and fails when the report is built), and free-form values (a config value in ``config
-diff``, a non-finite value given with ``--set``) are written as ``null``.
+JSON has no Infinity or NaN, and neither do reports: every float is finite (the base class refuses
+non-finite floats, and the config schemas refuse them in presets, recipes and ``--set``), so a
+non-finite value is a bug that fails when the report is built.
 
 Nothing heavy is imported here: only pydantic and the config schemas.
 """
@@ -226,7 +226,7 @@ class ConfigShowReport(Report):
     """The file it was read from, as displayed in messages."""
     config: RunConfig | ModelConfig
     """The resolved values, keys as written in YAML: a recipe (kind recipe) or a preset (kind
-    preset). A non-finite value given with --set is written as null."""
+    preset)."""
     provenance: dict[str, str]
     """Source of every leaf value by dotted key: 'default', 'FILE:LINE' or '--set'."""
     derived: Derived | None = None

@@ -125,7 +125,7 @@ exit "$rc"
 
 def start(req: TrainRequest, console=print) -> LaunchOutcome:
     """Resolve the recipe and train it here, through torchrun, or write (and submit) a Slurm job."""
-    from zebractl.config.catalog import looks_like_path
+    from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
     from zebractl.run.rundir import RunDir
     from zebractl.runtime.dist import launched_world
@@ -136,11 +136,7 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
     slurm = req.slurm or req.submit
     # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
     explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in req.sets)
-    ref: str | Path = (
-        Path(req.recipe)
-        if looks_like_path(req.recipe) or Path(req.recipe).is_file()
-        else req.recipe
-    )
+    ref = reference(req.recipe)
     # (the recipe's own GPU count is validated only where it is used: a Slurm job)
     gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if slurm else (req.nproc or world)
     sets = req.sets if explicit_gpus else [*req.sets, f"parallelism.num_gpus={gpus}"]

@@ -544,12 +544,14 @@ class Trainer:
             tdist.all_reduce(mean)
             mean = mean / self.world
         value = mean.item()  # the one host sync per interval
-        if not math.isfinite(value):
-            raise TrainingError(
-                f"the loss is {value} at iteration {self.iteration} (averaged over the last "
-                "logging interval); stopping (--set nonfinite.action=skip drops such updates "
-                "instead)"
-            )
+        norm = float(grad_norm)
+        for what, x in (("loss", value), ("gradient norm", norm)):
+            if not math.isfinite(x):
+                raise TrainingError(
+                    f"the {what} is {x} at iteration {self.iteration} (the loss averaged over "
+                    "the last logging interval); stopping (--set nonfinite.action=skip drops "
+                    "such updates instead)"
+                )
         tps = (steps + skipped) * self.cfg.batch.global_ * self.cfg.data.seq_length
         tps /= (time.perf_counter() - t_last) * self.world
         cuda = self.device.type == "cuda"
@@ -558,7 +560,7 @@ class Trainer:
             iteration=self.iteration,
             loss=value,
             lr=self.engine.optimizer.param_groups[0]["lr"],
-            grad_norm=float(grad_norm),
+            grad_norm=norm,
             tokens_per_s=tps,
             tflops_per_gpu=tflops if cuda else None,
             mfu=tflops * 1e12 / self.peak if self.peak else None,
