@@ -96,7 +96,7 @@ def parse_scalar(text: str, where: str = "--set") -> Any:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
-        return None if node is None else _value(node, loader, 0, _Budget(where), ())
+        return None if node is None else _value(node, loader, _Budget(where), ())
     except (yaml.YAMLError, RecursionError):
         return text
     finally:
@@ -126,24 +126,28 @@ class _Budget:
             )
 
 
-def _value(
-    node: yaml.Node, loader: _Loader, depth: int, budget: _Budget, stack: tuple[int, ...]
-) -> Any:
-    """A plain value (no line bookkeeping) with the depth, alias and recursion checks."""
+def _enter(node: yaml.Node, budget: _Budget, stack: tuple[int, ...], label: str = "") -> tuple:
+    """Count ``node`` against the alias budget and refuse recursion and depth; returns the stack of
+    its children."""
     budget.spend(node)
-    where = budget.at(node)
+    where = budget.at(node) + (f": {label}" if label else "")
     if id(node) in stack:
         raise ConfigError(f"{where}: an alias refers to a value that contains it; remove the alias")
-    if depth > MAX_DEPTH:
+    if len(stack) > MAX_DEPTH:
         raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep; flatten it")
-    inner = (*stack, id(node))
+    return (*stack, id(node))
+
+
+def _value(node: yaml.Node, loader: _Loader, budget: _Budget, stack: tuple[int, ...]) -> Any:
+    """A plain value (no line bookkeeping) with the depth, alias and recursion checks."""
+    inner = _enter(node, budget, stack)
     if isinstance(node, yaml.MappingNode):
         return {
-            _value(k, loader, depth + 1, budget, inner): _value(v, loader, depth + 1, budget, inner)
+            _value(k, loader, budget, inner): _value(v, loader, budget, inner)
             for k, v in node.value
         }
     if isinstance(node, yaml.SequenceNode):
-        return [_value(v, loader, depth + 1, budget, inner) for v in node.value]
+        return [_value(v, loader, budget, inner) for v in node.value]
     return loader.construct_object(node, deep=True)
 
 
@@ -156,22 +160,11 @@ def _convert(
     stack: tuple[int, ...] = (),
 ) -> Any:
     where = budget.where
-    budget.spend(node)
-    if id(node) in stack:
-        raise ConfigError(
-            f"{where}:{node.start_mark.line + 1}: {prefix.rstrip('.') or '(top level)'}: an alias "
-            "refers to a value that contains it; remove the alias"
-        )
-    if len(stack) > MAX_DEPTH:
-        raise ConfigError(
-            f"{where}:{node.start_mark.line + 1}: {prefix.rstrip('.')}: nested more than "
-            f"{MAX_DEPTH} levels deep; flatten it"
-        )
-    inner = (*stack, id(node))
+    inner = _enter(node, budget, stack, prefix.rstrip(".") or "(top level)")
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = _value(key_node, loader, len(inner), budget, inner)
+            key = _value(key_node, loader, budget, inner)
             if not isinstance(key, str):
                 raise ConfigError(
                     f"{where}:{key_node.start_mark.line + 1}: key {key!r} must be a string",
