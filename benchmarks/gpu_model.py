@@ -131,7 +131,6 @@ def _time_steps(fn, warmup: int = 3, steps: int = 8) -> list[float]:
 
 
 def step(preset: str, micro: int, seq: int, fla_reference: bool) -> None:
-    from zebractl.convert import mapping
     from zebractl.model.model import build_model
 
     m = resolve_preset(preset).config
@@ -172,19 +171,9 @@ def step(preset: str, micro: int, seq: int, fla_reference: bool) -> None:
     sd = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
     model = None  # free its memory before the reference model is built
     torch.cuda.empty_cache()
-    import fla.models as fm
+    from step_bench import _fla_model
 
-    cfg = mapping.fla_config(m) | {
-        "fuse_norm": True,
-        "fuse_swiglu": True,
-        "fuse_cross_entropy": True,
-    }
-    if mapping.family(m) == "gdn":
-        cfg |= {"fuse_cross_entropy": False, "fuse_linear_cross_entropy": True}
-        ref = fm.GatedDeltaNetForCausalLM(fm.GatedDeltaNetConfig(**cfg))
-    else:
-        ref = fm.KDAForCausalLM(fm.KDAConfig(**cfg))
-    ref.load_state_dict(mapping.to_fla(sd, m), strict=False)
+    ref = _fla_model(m, sd)
     ref = ref.to(device="cuda", dtype=torch.bfloat16).train()
     torch.cuda.reset_peak_memory_stats()
     ref_losses = []

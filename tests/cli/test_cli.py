@@ -6,6 +6,7 @@ a busy machine); the deterministic part, that --help and completion import nothi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -61,6 +62,7 @@ def test_help_documents_exit_codes_and_commands(cli):
     for command in (
         "prepare",
         "train",
+        "warmup",
         "convert",
         "verify",
         "eval",
@@ -239,3 +241,37 @@ def test_missing_runtime_is_an_install_hint(cli, monkeypatch, tmp_path, command,
     r = cli(command, *args, "--output", str(tmp_path))
     assert r.exit_code == 2, r.output
     assert f"pip install 'zebractl[{extra}]'" in r.stderr and "megatron.core" in r.stderr
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="warmup's refusal needs torch to probe CUDA"
+)
+def test_warmup_without_a_gpu_is_a_usage_error(cli):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    for extra in ([], ["--json"], ["--micro", "4", "--micro", "8"]):
+        r = cli("warmup", "tiny_kda", "--set", "data.paths=[{path: /nonexistent}]", *extra)
+        assert r.exit_code == 2, r.output
+        assert r.stdout == ""
+        assert "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_json_commands_keep_native_stdout_off_the_document():
+    """--json commands print one document on stdout even when native code or child processes write
+    to file descriptor 1 while they work (seen: TileLang's compile log in `warmup --json`)."""
+    code = (
+        "import json, os, sys\n"
+        "from zebractl.cli._common import stdout_to_stderr\n"
+        "with stdout_to_stderr():\n"
+        "    print('py noise'); sys.stdout.flush()\n"
+        "    os.write(1, b'native noise\\n')\n"
+        "    os.system('echo child noise')\n"
+        "print(json.dumps({'ok': 1}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"ok": 1}
+    for noise in ("py noise", "native noise", "child noise"):
+        assert noise in r.stderr

@@ -81,8 +81,17 @@ def test_bf16_params_with_fp32_main_params(demo_data, process_group):
     assert set(wd) == {0.0, 1.0}
 
 
-def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path):
-    more = ("schedule.iterations=12",)
+@pytest.mark.parametrize(
+    ("distributed", "background"),
+    [(False, False), (False, True), (True, False)],
+    ids=["plain", "plain_async_save", "distributed_optimizer"],
+)
+def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path, distributed, background):
+    more = (
+        "schedule.iterations=12",
+        f"parallelism.distributed_optimizer={str(distributed).lower()}",
+        f"checkpoint.async_save={str(background).lower()}",
+    )
     full = _train(demo_data, tmp_path / "full", *more)
     assert full.stopped == "done"
     a = _losses(tmp_path / "full")
@@ -99,6 +108,27 @@ def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path):
     assert resumed.resumed_from == 5
     b = _losses(tmp_path / "killed")
     assert b == a  # bitwise: same data order, same RNG, fp32 mains and Adam state restored
+    assert ckpt.read_marker(tmp_path / "killed/checkpoints/iter_0000012").distributed_optimizer is (
+        distributed
+    )
+
+
+def test_optimizer_groups_single_dtype_and_fused_adamw(demo_data, process_group):
+    """The distributed optimizer's parameter groups never mix bf16 and fp32 parameters (megatron
+    0.16.1 mis-indexes such a group's checkpoint state), and AdamW runs torch's fused kernel."""
+    from zebractl.train.engine import build_engine
+
+    cfg = _cfg(demo_data, "schedule.iterations=2", "parallelism.distributed_optimizer=true")
+    engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
+    parts = getattr(engine.optimizer, "chained_optimizers", [engine.optimizer])
+    model_dtype = {}
+    for part in parts:
+        for shards in part.shard_fp32_from_float16_groups:  # fp32 mains of bf16 parameters
+            model_dtype.update({id(s): torch.bfloat16 for s in shards})
+        for g in part.optimizer.param_groups:
+            assert g["fused"] is True
+            kinds = {model_dtype.get(id(p), torch.float32) for p in g["params"]}
+            assert len(kinds) <= 1, kinds
 
 
 def test_init_from_refreshes_the_fp32_main_params(demo_data, tmp_path):

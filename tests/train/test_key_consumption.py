@@ -154,13 +154,18 @@ def _fake_fla(monkeypatch) -> None:
     def conv(x, w, bias, activation, backend):
         return T.causal_conv1d(x, w, bias, activation=activation), None
 
-    def flce(h, y, w, num_chunks, reduction, ignore_index):
-        return torch.nn.functional.cross_entropy(
-            torch.nn.functional.linear(h, w).float(),
-            y,
-            ignore_index=ignore_index,
-            reduction=reduction,
+    def ce_fwd(logits, target, ignore_index, **_):
+        lse = torch.logsumexp(logits.float(), -1)
+        loss = torch.nn.functional.cross_entropy(
+            logits.float(), target, ignore_index=ignore_index, reduction="none"
         )
+        return loss, torch.zeros_like(loss), lse, logits.shape[1], 0
+
+    def ce_bwd(logits, target, lse, dloss, ignore_index, inplace_backward, **_):
+        from zebractl.model.ops.lm_head import _ce_torch
+
+        _ce_torch(logits, target, ignore_index)
+        return logits
 
     stand_ins = {
         "fla.ops.kda.chunk_kda": passthrough,
@@ -173,7 +178,8 @@ def _fake_fla(monkeypatch) -> None:
             lambda x, g, w, b, activation, eps: T.gated_rms_norm(x, g, w, eps, activation)
         ),
         "fla.modules.activations.ops.swiglu": T.swiglu,
-        "fla.modules.fused_linear_cross_entropy.ops.fused_linear_cross_entropy_loss": flce,
+        "fla.modules.fused_cross_entropy.ops.cross_entropy_fwd": ce_fwd,
+        "fla.modules.fused_cross_entropy.ops.cross_entropy_bwd": ce_bwd,
     }
     for target, fn in stand_ins.items():
         monkeypatch.setattr(target, fn)

@@ -262,16 +262,25 @@ def test_the_config_record_and_a_changed_config_on_resume(fast, tmp_path):
     assert RunDir(tmp_path).read_config().config["schedule"]["iterations"] == 3
 
 
-def test_train_json_is_one_typed_document(cli, fast, tmp_path):
+def test_train_json_is_one_typed_document(cli, fast, tmp_path, monkeypatch):
     import jsonschema
 
     from zebractl.schemas.reports import TrainReport
+    from zebractl.train import trainer
 
+    real = trainer.Trainer.setup
+
+    def noisy_setup(self):  # third-party code printing on stdout (TileLang logs its compiles)
+        print("a library printing on stdout")
+        real(self)
+
+    monkeypatch.setattr(trainer.Trainer, "setup", noisy_setup)
     r = cli("train", "tiny_kda", *fast.args("schedule.iterations=2"), "-o", str(tmp_path), "--json")
     assert r.exit_code == 0, r.output
     report = TrainReport.model_validate_json(r.stdout)
     assert report.launched == "train" and report.stopped == "done" and report.iterations == 2
     assert report.checkpoint == str(tmp_path / "checkpoints" / "iter_0000002")
     assert "iter      2 | loss" in r.stderr  # progress goes to stderr
+    assert "a library printing on stdout" in r.stderr
     schema = json.loads((REPO / "schemas" / "reports" / TrainReport.schema_file()).read_text())
     jsonschema.validate(json.loads(r.stdout), schema)

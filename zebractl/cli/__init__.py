@@ -16,6 +16,7 @@ from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
 from zebractl.cli import schema as _schema
 from zebractl.cli import train as _train
+from zebractl.cli import warmup as _warmup
 from zebractl.cli._common import state
 
 EPILOG = (
@@ -58,5 +59,6 @@ app.command("recipes", epilog=EPILOG)(_catalog.recipes)
 app.command("plan", epilog=EPILOG)(_plan.plan)
 app.command("prepare", epilog=EPILOG)(_prepare.prepare)
 app.command("train", epilog=EPILOG)(_train.train)
+app.command("warmup", epilog=EPILOG)(_warmup.warmup)
 app.add_typer(_schema.app, name="schema")
 _pending.register(app, EPILOG)

@@ -5,10 +5,13 @@ Only light imports here (typer, stdlib, the catalog): this module runs on every 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -106,6 +109,33 @@ def emit_json(report: Report) -> None:
     """
     doc = json.loads(report.model_dump_json(by_alias=True))
     sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """While a ``--json`` command works, send everything written to stdout to stderr, so that the
+    one JSON document printed afterwards is alone on stdout: Python prints and, when stdout is the
+    process's file descriptor 1, native output too (compilers, TileLang's logger, child processes).
+    """
+    if not enabled:
+        yield
+        return
+    saved = None
+    try:
+        if sys.stdout.fileno() == 1:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            os.dup2(2, 1)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        saved = None  # not a real file (a test runner's buffer): Python-level redirect only
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _names(kind: str) -> list[str]:

@@ -31,21 +31,56 @@ def plan(
     set_: list[str] = typer.Option(
         [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
     ),
+    fit: bool = typer.Option(
+        False,
+        "--fit",
+        help="Also find the largest micro-batch whose memory estimate fits one GPU "
+        "(--gpu-memory, or this machine's GPU).",
+    ),
+    gpu_memory: float = typer.Option(
+        None, "--gpu-memory", metavar="GIB", help="GPU memory to fit into, GiB (implies --fit)."
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""
 
     from zebractl.config.catalog import reference
+    from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_recipe
     from zebractl.planning.plan import Plan
 
     ref = reference(recipe)
     r = resolve_recipe(ref, set_)
-    report = Plan(r.source, r.run).report()
+    capacity = None
+    if gpu_memory is not None:
+        if not (0 < gpu_memory < 1e6):
+            raise ConfigError(f"--gpu-memory must be a positive number of GiB, not {gpu_memory}")
+        capacity = gpu_memory
+    elif fit:
+        capacity = _this_gpu_gib()
+        if capacity is None:
+            raise ConfigError(
+                "--fit needs the GPU's memory: this machine has no CUDA GPU to ask, so give "
+                "--gpu-memory GIB (e.g. 139 for an H200, 79 for an H100 80GB)"
+            )
+    report = Plan(r.source, r.run, fit_gib=capacity).report()
     if json_out:
         emit_json(report)
         return
     _print(report)
+
+
+def _this_gpu_gib() -> float | None:
+    """Total memory of this machine's first CUDA GPU in GiB (None without torch or CUDA)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / 1024**3
 
 
 def _print(doc: PlanReport) -> None:
@@ -98,6 +133,22 @@ def _print(doc: PlanReport) -> None:
     console.print(
         f"memory/GPU (estimate): params+grads {mem.params_and_grads_gib} GiB, "
         f"optimizer {mem.optimizer_gib} GiB, activations {mem.activations_gib} "
-        f"GiB, total {mem.total_gib} GiB ({mem.scheme})",
+        f"GiB, LM head {mem.lm_head_gib} GiB, total {mem.total_gib} GiB ({mem.scheme})",
         markup=False,
     )
+    ft = doc.fit
+    if ft is not None:
+        if ft.micro == 0:
+            console.print(
+                f"fit: not even micro-batch 1 fits {ft.usable_gib} GiB of {ft.capacity_gib} GiB "
+                f"(fixed state alone {ft.fixed_gib} GiB)",
+                markup=False,
+            )
+        else:
+            console.print(
+                f"fit: micro-batch {ft.micro} ({ft.estimate_gib} GiB of {ft.usable_gib} GiB usable "
+                f"of {ft.capacity_gib} GiB); largest dividing the global batch: "
+                f"{ft.micro_dividing_global} ({ft.estimate_dividing_gib} GiB) -> "
+                f"--set batch.micro={ft.micro_dividing_global}",
+                markup=False,
+            )

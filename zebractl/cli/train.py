@@ -15,6 +15,7 @@ from zebractl.cli._common import (
     err,
     guarded,
     require,
+    stdout_to_stderr,
 )
 
 STOP_HINT = {
@@ -56,7 +57,8 @@ def train(
     from zebractl.train.launch import TrainRequest, start
 
     say = err if json_out else print
-    out = start(TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit), say)
+    with stdout_to_stderr(json_out):  # third-party output must not break the JSON document
+        out = start(TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit), say)
     for line in out.lines:
         say(line)
     res = out.result

@@ -41,10 +41,18 @@ def _delta_rule_block(m: ModelConfig, kind: str) -> nn.Conv1d | None:
     return nn.Conv1d(channels, channels, block.conv_size, groups=channels, bias=False)
 
 
-def _qkv(mixer: nn.Module, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Short conv + SiLU over the concatenated q|k|v (or SiLU alone), split back."""
+def _leading(split: list[int], n: int) -> list[int]:
+    """``split`` with its first ``n`` sizes merged: in_proj's adjacent rows taken as one view."""
+    return [sum(split[:n]), *split[n:]]
+
+
+def _qkv(mixer: nn.Module, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Short conv + SiLU over in_proj's adjacent q|k|v columns (or SiLU alone), split.
+
+    ``qkv`` is a strided view of the projection: the conv reads it in place (no concatenated copy).
+    """
     d = mixer.d
-    x = _conv(torch.cat([q, k, v], -1), mixer.conv1d, mixer.opts)
+    x = _conv(qkv, mixer.conv1d, mixer.opts)
     return x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1)
 
 
@@ -71,8 +79,8 @@ class KDAMixer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         d = self.d
-        q, k, v, f_a, g_a, beta = self.in_proj(x).split(self.split, dim=-1)
-        q, k, v = _qkv(self, q, k, v)
+        qkv, f_a, g_a, beta = self.in_proj(x).split(_leading(self.split, 3), dim=-1)
+        q, k, v = _qkv(self, qkv)
         f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
         o = ops.kda(
             self.opts,
@@ -113,8 +121,8 @@ class GDNMixer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         d = self.d
-        q, k, v, z, beta, alpha = self.in_proj(x).split(self.split, dim=-1)
-        q, k, v = _qkv(self, q, k, v)
+        qkv, z, beta, alpha = self.in_proj(x).split(_leading(self.split, 3), dim=-1)
+        q, k, v = _qkv(self, qkv)
         o = ops.gdn(
             self.opts,
             q.view(b, t, d.num_heads, d.head_k_dim),
@@ -158,8 +166,8 @@ class Mamba2Mixer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
-        z, xbc_x, bb, cc, dt = self.in_proj(x).split(self.split, dim=-1)
-        xbc = _conv(torch.cat([xbc_x, bb, cc], -1), self.conv1d, self.opts)
+        z, xbc, dt = self.in_proj(x).split([self.split[0], *_leading(self.split[1:], 3)], dim=-1)
+        xbc = _conv(xbc, self.conv1d, self.opts)  # x | B | C: adjacent columns, read in place
         xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
         dt = F.softplus(dt.float() + self.dt_bias.float())  # [B,T,nh]
         a = -self.A_log.float().exp()

@@ -2,7 +2,10 @@
 
 Parameter counts are exact (from :mod:`zebractl.layout`). The memory figure is an estimate: model and
 optimizer state are exact byte counts; activations count the tensors autograd keeps per token with the
-fused kernels on, and ignore allocator slack, temporary buffers and kernel workspaces.
+fused kernels on (for KDA and GDN plus what FLA's kernels keep, fitted to peak memory measured on an
+H200, :data:`FLA_SAVED_PER_VALUE_DIM`), and the LM-head loss adds its input gradient, fp32 weight
+gradient and one chunk of logits. :func:`fit` finds the largest micro-batch whose estimate fits a
+GPU's memory (`zebractl plan --fit`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,17 @@ from zebractl.schemas.recipe import Derived, RunConfig, derive
 from zebractl.schemas.reports import PlanReport
 
 GIB = 1024**3
+
+FLA_SAVED_PER_VALUE_DIM = {"kda": 9.81, "gdn": 8.32}
+"""Activation elements per token that a KDA / GDN sublayer keeps beyond :func:`_activation_elems_per_token`'s
+analytic count, per unit of the mixer's value_dim: what FLA's chunked kernels save for backward
+(fp32 gate cumsums, intra-chunk matrices). Fitted to the peak memory of kda_300M and gdn_300M on one
+H200 at micro-batches 16, 64 and 96 (benchmarks/results/2026-12-01_h200_issue12, megatron engine,
+seq 2048), where the estimate is within +1.4% (micro 96) to +7% (micro 16) of the measured peak.
+Mamba2 and MLA sublayers are counted analytically only (not yet measured)."""
+FIT_HEADROOM = 0.08
+"""Share of a GPU's memory `plan --fit` leaves free: the caching allocator's fragmentation
+(reserved / allocated was 1.03-1.05 in the measurements above) and the CUDA context."""
 
 
 def parameter_report(m: ModelConfig) -> dict[str, Any]:
@@ -56,9 +70,9 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
         d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
         in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
         conv = 2 * d.key_dim + d.value_dim
-        return (
-            2 * h + in_rows + conv + 3 * d.value_dim
-        )  # in, normed, in_proj, conv, o, gate, normed o
+        fla = round(FLA_SAVED_PER_VALUE_DIM[kind] * d.value_dim)
+        # in, normed, in_proj, conv, o, gate, normed o; and what FLA's kernels keep
+        return 2 * h + in_rows + conv + 3 * d.value_dim + fla
     if kind == "mamba2":
         assert m.mamba2 is not None
         di = m.mamba2_dims.d_inner
@@ -72,9 +86,35 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     return 2 * h + lora + 2 * q + a.num_heads * (a.qk_head_dim + 2 * a.v_head_dim)
 
 
-def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, Any]:
-    """Per-GPU memory estimate in bytes and GiB."""
-    p = cfg.parallelism
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU: fixed state, and activations (incl. the LM head's) per micro-batch sample."""
+
+    scheme: str
+    weights_and_grads: float
+    optimizer: float
+    activations_per_sample: float
+    lm_head_fixed: float  # the fp32 weight-gradient accumulator (fused loss)
+    lm_head_per_sample: float  # input gradient and the logits chunk per sample
+
+    def activations(self, micro: int) -> float:
+        """Activation bytes of a micro-batch (the LM head's excluded)."""
+        return micro * self.activations_per_sample
+
+    def lm_head(self, micro: int) -> float:
+        """The LM-head loss's own bytes at a micro-batch."""
+        return self.lm_head_fixed + micro * self.lm_head_per_sample
+
+    def total(self, micro: int) -> float:
+        """Peak bytes at a micro-batch (all activations alive when backward starts)."""
+        return (
+            self.weights_and_grads + self.optimizer + self.activations(micro) + self.lm_head(micro)
+        )
+
+
+def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEstimate:
+    """The per-GPU memory model of a resolved recipe (see the module docstring)."""
+    p, m = cfg.parallelism, cfg.model
     params_per_gpu = total_params / (p.tp * p.pp)
     mixed = cfg.precision in ("bf16", "fp16")
     if cfg.optimizer.impl == "torch_fused" or not mixed:
@@ -84,33 +124,77 @@ def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, An
         weights_b, grads_b, state_b = 2, 4, 12  # bf16 params, fp32 grads, fp32 main + m + v
         scheme = "bf16 params + fp32 grads + fp32 main params, Adam m, v"
     state_shard = d.data_parallel if p.distributed_optimizer else 1
-    model_bytes = params_per_gpu * (weights_b + grads_b)
-    optim_bytes = params_per_gpu * state_b / state_shard
     act_dtype = 2 if mixed else 4
-    tokens = cfg.batch.micro * cfg.data.seq_length / (p.tp * p.cp)
-    per_token = sum(_activation_elems_per_token(cfg.model, k) for k in cfg.model.sublayers)
-    per_token += 2 * cfg.model.hidden_size  # final norm in/out
-    logits = 0.0
-    if not cfg.kernels.fused_linear_cross_entropy:
-        logits = tokens * cfg.model.padded_vocab_size * (act_dtype + 4)  # logits + fp32 softmax
+    tokens = cfg.data.seq_length / (p.tp * p.cp)  # per sample
+    per_token = sum(_activation_elems_per_token(m, k) for k in m.sublayers)
+    per_token += 2 * m.hidden_size  # final norm in/out
+    v, h = m.padded_vocab_size, m.hidden_size
+    if cfg.kernels.fused_linear_cross_entropy:
+        # dx (the input gradient, kept from forward to backward), one chunk of logits (the chunk
+        # is 1/fused_ce_chunks of the micro-batch's tokens), the fp32 dW accumulator
+        lm_fixed = 4.0 * v * h
+        lm_per_sample = tokens * (h * act_dtype + v * act_dtype / cfg.kernels.fused_ce_chunks)
     else:
-        logits = tokens * cfg.model.padded_vocab_size * 4 / cfg.kernels.fused_ce_chunks
+        lm_fixed, lm_per_sample = 0.0, tokens * v * (act_dtype + 4)  # logits + fp32 softmax
     # With 1F1B the first pipeline stage holds pp micro-batches of 1/pp of the layers: about the
     # activations of the whole model for one micro-batch, whatever pp is.
-    act_bytes = tokens * per_token * act_dtype + logits
-    total = model_bytes + optim_bytes + act_bytes
+    return MemoryEstimate(
+        scheme=scheme,
+        weights_and_grads=params_per_gpu * (weights_b + grads_b),
+        optimizer=params_per_gpu * state_b / state_shard,
+        activations_per_sample=tokens * per_token * act_dtype,
+        lm_head_fixed=lm_fixed,
+        lm_head_per_sample=lm_per_sample,
+    )
 
-    def gib(x: float) -> float:
-        return round(x / GIB, 2)
 
+def _gib(x: float) -> float:
+    return round(x / GIB, 2)
+
+
+def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, Any]:
+    """Per-GPU memory estimate in bytes and GiB at the recipe's micro-batch."""
+    e = memory_estimate(cfg, total_params, d)
+    micro = cfg.batch.micro
     return {
-        "scheme": scheme,
-        "params_and_grads_gib": gib(model_bytes),
-        "optimizer_gib": gib(optim_bytes),
-        "activations_gib": gib(act_bytes),
-        "total_gib": gib(total),
-        "note": "estimate: exact state bytes + activations kept by autograd; excludes allocator "
-        "slack and kernel workspaces",
+        "scheme": e.scheme,
+        "params_and_grads_gib": _gib(e.weights_and_grads),
+        "optimizer_gib": _gib(e.optimizer),
+        "activations_gib": _gib(e.activations(micro)),
+        "lm_head_gib": _gib(e.lm_head(micro)),
+        "total_gib": _gib(e.total(micro)),
+        "note": "estimate: exact state bytes + activations kept by autograd (KDA/GDN calibrated "
+        "on an H200) + the LM-head loss's buffers; excludes allocator slack and the CUDA context",
+    }
+
+
+def fit(cfg: RunConfig, total_params: int, capacity_gib: float) -> dict[str, Any]:
+    """The largest micro-batch whose estimated peak fits ``capacity_gib`` less
+    :data:`FIT_HEADROOM`, and the largest that also divides the global batch per data-parallel
+    rank (what the recipe can use as it is)."""
+    from zebractl.schemas import bounds
+
+    d = derive(cfg)
+    e = memory_estimate(cfg, total_params, d)
+    usable = capacity_gib * GIB * (1 - FIT_HEADROOM)
+    per = e.activations_per_sample + e.lm_head_per_sample
+    fixed = e.total(0)
+    best = int((usable - fixed) // per) if usable > fixed else 0
+    best = max(0, min(best, bounds.MICRO))
+    while best > 0 and e.total(best) > usable:  # guard the float division
+        best -= 1
+    per_rank = cfg.batch.global_ // max(1, d.data_parallel)
+    dividing = max((mb for mb in range(1, best + 1) if per_rank % mb == 0), default=0)
+    return {
+        "capacity_gib": round(capacity_gib, 2),
+        "usable_gib": _gib(usable),
+        "headroom": FIT_HEADROOM,
+        "micro": best,
+        "estimate_gib": _gib(e.total(best)) if best else None,
+        "micro_dividing_global": dividing,
+        "estimate_dividing_gib": _gib(e.total(dividing)) if dividing else None,
+        "fixed_gib": _gib(fixed),
+        "per_sample_gib": round(per / GIB, 4),
     }
 
 
@@ -127,10 +211,11 @@ def built_parameter_count(m: ModelConfig) -> int | None:
 
 @dataclass(frozen=True)
 class Plan:
-    """The plan of one resolved recipe."""
+    """The plan of one resolved recipe (with ``fit_gib``: also :func:`fit` for that capacity)."""
 
     recipe: str
     cfg: RunConfig
+    fit_gib: float | None = None
 
     def report(self) -> PlanReport:
         """The typed document of `zebractl plan --json` (:meth:`to_dict`, validated)."""
@@ -188,4 +273,5 @@ class Plan:
                 "cp": cfg.parallelism.cp,
             },
             "memory_per_gpu": memory_report(cfg, params["total"], d),
+            "fit": fit(cfg, params["total"], self.fit_gib) if self.fit_gib is not None else None,
         }

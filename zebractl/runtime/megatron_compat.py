@@ -15,6 +15,13 @@ moves one fails loudly):
 Nothing is patched when CUDA (for the last two) or TE (for the first) is there. The model needs the
 patches only while MLA is constructed (:func:`zebractl.model.attention.build_mla` enters them itself;
 its forward needs none); a CPU checkpoint save needs them around ``dist_checkpointing.save``.
+
+:func:`optimizer_step` is for the Megatron optimizer's step without TE or Apex: megatron then falls
+back to ``local_multi_tensor_l2_norm`` (one ``torch.norm`` per tensor, a host sync for each when it
+builds a tensor of their values) and ``local_multi_tensor_scale`` (a multiply and a copy per tensor)
+for its gradient norm, clipping and main->model parameter copies. The patch swaps in torch's
+multi-tensor ``_foreach`` kernels, with the same results (norms in fp32, scales applied in the
+tensors' dtype), and no host sync except the one megatron itself makes for the clip decision.
 """
 
 from __future__ import annotations
@@ -59,15 +66,63 @@ def _patches() -> list[tuple[object, str, object]]:
     return out
 
 
-@contextlib.contextmanager
-def patched() -> Iterator[None]:
-    """Apply the patches for the duration of the block; the previous values come back on exit.
+def _foreach_l2norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+    """Drop-in for ``amp_C.multi_tensor_l2norm``: the global L2 norm of ``tensor_lists[0]``,
+    a one-element fp32 tensor on their device (no host sync)."""
+    tensors = tensor_lists[0]
+    if not tensors:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return torch.zeros(1, dtype=torch.float32, device=device), None
+    norms = torch._foreach_norm([t.float() if t.dtype != torch.float32 else t for t in tensors])
+    return torch.linalg.vector_norm(torch.stack(norms)).reshape(1), None
 
-    Re-entrant (nested blocks restore in order). The attributes are process-wide while the block
-    runs, so blocks of different threads are serialised.
-    """
+
+def _foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
+    """Drop-in for ``amp_C.multi_tensor_scale``: ``dst = src * scale`` over two tensor lists."""
+    src, dst = tensor_lists[0], tensor_lists[1]
+    if not src:
+        return
+    if all(a is b for a, b in zip(src, dst, strict=True)):
+        torch._foreach_mul_(dst, scale)
+    elif scale == 1.0:
+        torch._foreach_copy_(dst, src)
+    else:
+        torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
+
+
+def _optimizer_patches() -> list[tuple[object, str, object]]:
+    if have_transformer_engine() or _have_apex():
+        return []
+    import megatron.core.optimizer.clip_grads as clip
+    import megatron.core.optimizer.optimizer as opt
+
+    return [
+        (opt, "multi_tensor_scale_impl", _foreach_scale),
+        (clip, "l2_norm_impl", _foreach_l2norm),
+        (clip, "multi_tensor_scale_impl", _foreach_scale),
+    ]
+
+
+@functools.cache
+def _have_apex() -> bool:
+    try:
+        import amp_C  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def optimizer_step() -> Iterator[None]:
+    """The Megatron optimizer's step with torch's multi-tensor kernels (see the module docstring);
+    restored on exit."""
+    with _applied(_optimizer_patches()):
+        yield
+
+
+@contextlib.contextmanager
+def _applied(patches: list[tuple[object, str, object]]) -> Iterator[None]:
     with _lock:
-        patches = _patches()
         saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
         try:
             for owner, name, value in patches:
@@ -76,3 +131,14 @@ def patched() -> Iterator[None]:
         finally:
             for owner, name, value in reversed(saved):
                 setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """Apply the patches for the duration of the block; the previous values come back on exit.
+
+    Re-entrant (nested blocks restore in order). The attributes are process-wide while the block
+    runs, so blocks of different threads are serialised.
+    """
+    with _lock, _applied(_patches()):
+        yield

@@ -104,8 +104,8 @@ class ParallelismConfig(StrictModel):
     cp: int = Field(1, gt=0, le=B.PARALLEL)
     """Context-parallel size."""
     distributed_optimizer: bool = False
-    """Shard optimizer state across data-parallel ranks (ZeRO-1). `zebractl train` refuses it for
-    now: megatron-core 0.16.1 cannot checkpoint it over our mixed bf16/fp32 parameters."""
+    """Shard the fp32 main parameters and Adam state across data-parallel ranks (ZeRO-1; needs
+    optimizer.impl megatron). Checkpoints hold megatron's per-bucket shards (dp_reshardable)."""
 
 
 class CheckpointConfig(StrictModel):
@@ -119,6 +119,12 @@ class CheckpointConfig(StrictModel):
     """Keep the newest N checkpoints; 0 keeps all."""
     resume: Literal["auto", "never", "require"] = "auto"
     """auto: resume from the newest valid checkpoint if any; require: fail without one."""
+    async_save: bool = False
+    """true: save in the background: training pauses only while the state is copied to host memory
+    and a writer process starts; a checkpoint counts only once every rank's files are written and
+    hashed (a crash meanwhile leaves an incomplete iter_N.tmp). Opt-in until a GPU run confirms that
+    resuming from background saves of the Megatron engine is bitwise exact (CPU tests do). false:
+    training waits for each save."""
 
 
 class LoggingConfig(StrictModel):
@@ -165,9 +171,11 @@ class KernelsConfig(StrictModel):
     fused_short_conv: bool = True
     """FLA Triton causal_conv1d for the short convolutions."""
     fused_linear_cross_entropy: bool = True
-    """FLA FusedLinearCrossEntropyLoss: never materialises [tokens x vocab] logits."""
+    """Chunked LM head + loss that never materialises the [tokens x vocab] logits: bf16
+    tensor-core products with the weight gradient accumulated in fp32 (zebractl's; FLA's Triton
+    cross-entropy kernels on the fla backend). false: full logits in fp32 (memory-hungry)."""
     fused_ce_chunks: int = Field(32, gt=0, le=4096)
-    """Chunks of the fused linear cross-entropy."""
+    """Token chunks of the fused LM-head loss (more chunks: less memory, more GEMM launches)."""
     kda_gate_in_kernel: bool = True
     """Compute the KDA decay gate inside chunk_kda (recomputed in backward)."""
     gdn_gate_in_kernel: bool = True

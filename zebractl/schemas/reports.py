@@ -164,10 +164,38 @@ class PlanMemory(StrictModel):
     """Optimizer state, GiB (exact; sharded with the distributed optimizer)."""
     activations_gib: FiniteFloat
     """Activations kept by autograd for one micro-batch, GiB (an estimate)."""
+    lm_head_gib: FiniteFloat
+    """The LM-head loss's buffers at that micro-batch: input gradient, one logits chunk and the
+    fp32 weight-gradient accumulator (fused loss), or the full fp32 logits, GiB."""
     total_gib: FiniteFloat
-    """Sum of the three, GiB."""
+    """Sum of the four, GiB: the estimated peak."""
     note: str
     """What the estimate leaves out."""
+
+
+class PlanFit(StrictModel):
+    """``plan --fit``: the largest micro-batch whose memory estimate fits the GPU."""
+
+    capacity_gib: FiniteFloat
+    """The GPU memory fitted into (--gpu-memory, or the GPU's own total)."""
+    usable_gib: FiniteFloat
+    """capacity less the headroom left for allocator fragmentation and the CUDA context."""
+    headroom: FiniteFloat
+    """The share left free."""
+    micro: int
+    """Largest micro-batch whose estimate fits (0: not even one sample)."""
+    estimate_gib: FiniteFloat | None
+    """Its estimated peak, GiB."""
+    micro_dividing_global: int
+    """Largest fitting micro-batch that divides the global batch per data-parallel rank (usable
+    with the recipe's batch.global as it is; 0 if none)."""
+    estimate_dividing_gib: FiniteFloat | None
+    """Its estimated peak, GiB."""
+    fixed_gib: FiniteFloat
+    """What does not grow with the micro-batch (weights, gradients, optimizer state, LM-head
+    weight-gradient accumulator), GiB."""
+    per_sample_gib: FiniteFloat
+    """Added per sample of the micro-batch, GiB."""
 
 
 class PlanSequence(StrictModel):
@@ -208,6 +236,8 @@ class PlanReport(Report):
     """Batch and parallel layout."""
     memory_per_gpu: PlanMemory
     """Per-GPU memory estimate."""
+    fit: PlanFit | None = None
+    """--fit: the largest micro-batch that fits (null without --fit)."""
 
 
 # ---- zebractl config show | validate | diff --------------------------------------------------------
@@ -590,6 +620,36 @@ class TrainReport(Report):
     """The Slurm batch script (slurm only)."""
 
 
+class WarmupReport(Report):
+    """``zebractl warmup RECIPE --json``: what was compiled and tuned into the kernel cache."""
+
+    command: ClassVar[str] = "warmup"
+
+    recipe: str
+    """The recipe warmed up."""
+    cache: str
+    """The Triton cache folder (TRITON_CACHE_DIR) that now holds the kernels."""
+    stack: str
+    """The GPU and package versions the cache is for (its folder name)."""
+    shipped: str | None
+    """The tuned configurations shipped with zebractl that seeded the cache, if any ship for
+    this stack."""
+    seconds: dict[str, FiniteFloat]
+    """Micro-batch -> seconds of its first training forward + backward and evaluation forward."""
+    tuned_before: int
+    """Tuned configurations (``*.autotune.json``) in the cache before."""
+    tuned_after: int
+    """... and after."""
+    compiled_before: int
+    """Compiled kernels (``*.cubin``) in the cache before."""
+    compiled_after: int
+    """... and after."""
+    exported: str | None = None
+    """--export: the archive written."""
+    exported_files: int = 0
+    """Tuned configurations in it."""
+
+
 REPORTS: tuple[type[Report], ...] = (
     PlanReport,
     ConfigShowReport,
@@ -600,5 +660,6 @@ REPORTS: tuple[type[Report], ...] = (
     PrepareReport,
     VerifyReport,
     TrainReport,
+    WarmupReport,
 )
 """Every --json document, one per command; each has a JSON Schema in schemas/reports/."""

@@ -3,21 +3,24 @@
 - ``megatron``: megatron-core's DistributedDataParallel (contiguous fp32 gradient buffers, bucketed
   all-reduce or reduce-scatter) and Megatron optimizer: bf16 model parameters (under
   ``precision: bf16``) with fp32 main parameters and gradients, AdamW, clipping inside the optimizer.
-  megatron 0.16.1's own sharded optimizer state fails on our mixed bf16/fp32 parameters (the
-  recurrent decay parameters stay fp32): the plain optimizer's per-parameter map covers only its
-  bf16 parameters, and the distributed optimizer's ``dp_reshardable``/``fully_reshardable`` saves
-  assert and ``fully_sharded_model_space`` needs ``flattened_range``, which torch_dist no longer
-  saves; so :func:`check_engine` refuses ``parallelism.distributed_optimizer`` until that is solved,
-  and the plain optimizer's state is sharded here (:func:`sharded_adam_state`).
+  Without Transformer Engine or Apex, megatron falls back to per-tensor Python loops with a host
+  sync per tensor for its gradient norm, clipping and main->model copies, and to torch's unfused
+  AdamW; :func:`zebractl.runtime.megatron_compat.optimizer_step` swaps in torch's multi-tensor
+  (``_foreach``) kernels for the step and the AdamW is switched to torch's fused CUDA kernel.
+  ``parallelism.distributed_optimizer`` shards the fp32 state over the data-parallel ranks (ZeRO-1),
+  saved in megatron's ``dp_reshardable`` format; megatron 0.16.1 mis-indexes that format's state when
+  one parameter group mixes bf16 and fp32 parameters (ours keeps the recurrent decay parameters
+  fp32), so the fp32 parameters get parameter groups of their own.
 - ``torch_fused``: how FLA trains (the parity recipes): fp32 parameters under bf16 autocast, torch DDP,
   ``torch.optim.AdamW(fused=True)``.
 
 Both expose the same small surface to the trainer: ``forward`` module, ``zero_grad``, ``no_sync``,
 ``finish_grads``, ``grads_finite``, ``step``, ``reload_model_params``, and
 ``sharded_optimizer_state`` / ``load_optimizer_state``: the optimizer state as megatron sharded
-tensors laid out like the model's parameters (Adam moments and, for the Megatron engine, the fp32
-main parameters), so every rank writes its share of a checkpoint and it loads on any data-parallel
-size; the step count and hyper-parameters are small common state.
+tensors (laid out like the model's parameters: Adam moments and, for the Megatron engine, the fp32
+main parameters; for the distributed optimizer, megatron's per-bucket shards), so every rank writes
+its share of a checkpoint and it loads on any data-parallel size; the step count and
+hyper-parameters are small common state.
 """
 
 from __future__ import annotations
@@ -145,9 +148,19 @@ class MegatronEngine:
                 name="recipe_no_decay", fn=lambda _p, name: _no_decay(cfg, name)
             )
         )
+        overrides: dict = {no_decay: {"wd_mult": 0.0}}
+        if distributed:
+            fp32 = ParamKey(
+                with_name_predicate=ParamWithNamePredicate(
+                    name="fp32_params", fn=lambda p, _name: p.dtype == torch.float32
+                )
+            )
+            overrides[fp32] = {FP32_GROUP: True}
         self.optimizer = get_megatron_optimizer(
-            opt_config, [self.forward], config_overrides={no_decay: {"wd_mult": 0.0}}
+            opt_config, [self.forward], config_overrides=overrides
         )
+        if device.type == "cuda":
+            _use_fused_adamw(self._parts())
 
     def zero_grad(self) -> None:
         self.forward.zero_grad_buffer()
@@ -165,11 +178,14 @@ class MegatronEngine:
 
     def step(self) -> float | torch.Tensor:
         """Copy grads to the fp32 mains, clip, update, copy back; returns the gradient norm."""
-        ok, norm, _ = self.optimizer.step()
-        if not ok:  # only a loss scaler (fp16) reports an overflow; bf16/fp32 never do
-            raise RuntimeError("the Megatron optimizer skipped its update")
-        if norm is None or self.cfg.optimizer.clip_grad == 0:
-            norm = self.optimizer.get_grad_norm()
+        from zebractl.runtime import megatron_compat
+
+        with megatron_compat.optimizer_step():
+            ok, norm, _ = self.optimizer.step()
+            if not ok:  # only a loss scaler (fp16) reports an overflow; bf16/fp32 never do
+                raise RuntimeError("the Megatron optimizer skipped its update")
+            if norm is None or self.cfg.optimizer.clip_grad == 0:
+                norm = self.optimizer.get_grad_norm()
         return norm
 
     def reload_model_params(self) -> None:
@@ -192,6 +208,19 @@ class MegatronEngine:
 
     def sharded_optimizer_state(self, model_sd: dict, is_loading: bool = False) -> dict:
         """Adam moments and fp32 main parameters of every part, as sharded tensors."""
+        if self.distributed:
+            from zebractl.run.checkpoint import sharded_metadata
+
+            # megatron's state_dict() reads every parameter's step count, which a fresh optimizer
+            # (the template a resume loads into) does not have yet
+            for part in self._parts():
+                _ensure_adam_state(part.optimizer)
+            metadata = sharded_metadata() | {"distrib_optim_sharding_type": DIST_OPT_FORMAT}
+            return {
+                "distributed": self.optimizer.sharded_state_dict(
+                    model_sd, is_loading=is_loading, metadata=metadata
+                )
+            }
         return {
             f"part{i}": sharded_adam_state(part.optimizer, self._main_to_model(part), model_sd)
             for i, part in enumerate(self._parts())
@@ -199,8 +228,38 @@ class MegatronEngine:
 
     def load_optimizer_state(self, loaded: dict) -> None:
         """Put a loaded :meth:`sharded_optimizer_state` back (moments and fp32 mains)."""
+        if self.distributed:
+            self.optimizer.load_state_dict(loaded["distributed"])
+            if self.device.type == "cuda":
+                _use_fused_adamw(self._parts())  # a loaded param group carries its saved flags
+            return
         for i, part in enumerate(self._parts()):
             load_adam_state(part.optimizer, loaded[f"part{i}"], self._main_to_model(part))
+        if self.device.type == "cuda":
+            _use_fused_adamw(self._parts())
+
+
+FP32_GROUP = "zebractl_fp32_group"
+"""Parameter-group key that keeps fp32 parameters apart from bf16 ones (distributed optimizer)."""
+DIST_OPT_FORMAT = "dp_reshardable"
+"""megatron's sharding of the distributed optimizer's state in checkpoints: each rank writes its own
+bucket shards (no gather); resumable on any data-parallel size."""
+
+
+def _use_fused_adamw(parts: list) -> None:
+    """Switch megatron's torch AdamW (what it uses without TE/Apex) to torch's fused CUDA kernel:
+    one launch for every parameter's update instead of a multi-tensor loop of several."""
+    for part in parts:
+        opt = getattr(part, "optimizer", None)
+        if not isinstance(opt, torch.optim.AdamW):
+            continue  # TE's or Apex's FusedAdam is fused already
+        opt.defaults["fused"], opt.defaults["foreach"] = True, None
+        for group in opt.param_groups:
+            group["fused"], group["foreach"] = True, None
+            for p in group["params"]:  # the fused kernel reads the step counts on the device
+                st = opt.state.get(p)
+                if st and "step" in st and st["step"].device != p.device:
+                    st["step"] = st["step"].to(p.device, torch.float32)
 
 
 def _ensure_adam_state(opt: torch.optim.Optimizer) -> None:
@@ -287,13 +346,6 @@ def check_engine(cfg: RunConfig, device: torch.device) -> None:
         raise ConfigError(
             "optimizer.impl 'megatron' (megatron-core's optimizer) runs on CUDA only; on this "
             "machine use --set optimizer.impl=torch_fused"
-        )
-    if cfg.parallelism.distributed_optimizer:
-        raise ConfigError(
-            "parallelism.distributed_optimizer is not available yet: megatron-core 0.16.1 trains "
-            "it but cannot checkpoint its shards when the model mixes bf16 and fp32 parameters "
-            "(ours keeps the recurrent decay parameters fp32), so a run would die at its first "
-            "save; use parallelism.distributed_optimizer=false"
         )
 
 

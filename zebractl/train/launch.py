@@ -106,8 +106,8 @@ def slurm_script(
 set -uo pipefail
 
 export OMP_NUM_THREADS={cpus_per_task}  # per rank (one task per GPU)
-# Reuse FLA's Triton autotune results across jobs (the first step autotunes for minutes otherwise).
-export TRITON_CACHE_DIR=${{TRITON_CACHE_DIR:-$HOME/.cache/zebractl/triton}}
+# FLA's compiled kernels and autotune results persist in ~/.cache/zebractl/kernels/ (zebractl sets
+# TRITON_CACHE_DIR / TILELANG_CACHE_DIR there unless they are set; ZEBRACTL_CACHE_DIR moves it).
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT={port}
 
@@ -162,6 +162,12 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
                 ) from None
             out.exit_code = done.returncode
         return out
+    # before any kernel is compiled, and inherited by torchrun's workers
+    from zebractl.runtime import kernel_cache
+
+    cache = kernel_cache.configure()
+    if cache is not None and rank == 0 and world == 1:
+        console(cache.describe())
     if req.nproc is not None and req.nproc > 1 and world == 1:
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))

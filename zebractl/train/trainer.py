@@ -8,6 +8,12 @@ style, counted in samples), and resumes from the newest intact checkpoint of the
 batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
 checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
 
+Saves are asynchronous by default (``checkpoint.async_save``, :class:`zebractl.run.checkpoint.AsyncSaver`):
+training pauses while the state is staged and megatron's writer is forked, the files are written,
+hashed and marked in the background, every step boundary polls the save in flight, and the run waits
+for it before the next save, on a stop and at the end: a run never returns (nor exits on a signal)
+with a save unfinished. After an error the save in flight is abandoned incomplete.
+
 Stopping: SIGINT, SIGTERM and SIGUSR1 set a flag that is read only between steps (agreed by all
 ranks), so the checkpoint written on a stop holds exactly the last completed step, and the run
 resumed from it reproduces the uninterrupted run's losses bit for bit: the data order is a function of
@@ -100,7 +106,8 @@ class Trainer:
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
-        self.last_saved: int | None = None
+        self.last_saved: int | None = None  # the newest iteration saved or being saved
+        self.saver: ckpt.AsyncSaver | None = None  # checkpoint.async_save
         self.flag = StopFlag()
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -143,6 +150,11 @@ class Trainer:
         )
         check_engine(cfg, self.device)
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
+        if p.distributed_optimizer:
+            self.console(
+                "note: parallelism.distributed_optimizer is new in this version: it trains and "
+                "saves, but resuming its checkpoints bitwise is not yet verified on a GPU"
+            )
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
         if p.num_gpus != self.world:
             self.console(
@@ -207,6 +219,8 @@ class Trainer:
             wd_incr_style="constant",
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
+        if cfg.checkpoint.async_save:
+            self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None)
         self._resume()
         self.last_saved = self.iteration if self.resumed_from is not None else None
         self.metrics = MetricsWriter(
@@ -322,7 +336,9 @@ class Trainer:
         self.skipped = loaded.get("skipped_iterations", 0)
 
     def save(self) -> Path:
-        """Checkpoint the current step (collective)."""
+        """Checkpoint the current step (collective); returns its folder. With
+        ``checkpoint.async_save`` this finishes the previous save, then begins this one, which
+        completes in the background (:meth:`poll_saves`, :meth:`wait_saves`)."""
         marker = CheckpointMarker(
             iteration=self.iteration,
             consumed_samples=self.consumed,
@@ -334,17 +350,36 @@ class Trainer:
             zebractl_version=__version__,
         )
         t0 = time.perf_counter()
-        folder = ckpt.save(
-            self.run.checkpoints,
-            self.iteration,
-            self._state(),
-            marker,
-            keep_last=self.cfg.checkpoint.keep_last,
-            is_writer=self.rank == 0,
-        )
+        waited = ""
+        if self.saver is not None and self.saver.pending is not None:
+            self.wait_saves()  # the previous save is not complete yet: training waits for it
+            wait = time.perf_counter() - t0
+            waited = f", {wait:.1f} s of it for the previous save" if wait >= 0.05 else ""
+        args = (self.run.checkpoints, self.iteration, self._state(), marker)
+        kw = {"keep_last": self.cfg.checkpoint.keep_last, "is_writer": self.rank == 0}
+        if self.saver is None:
+            folder = ckpt.save(*args, **kw)
+            self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
+        else:
+            folder = self.saver.begin(*args, **kw)
+            paused = time.perf_counter() - t0
+            self.console(f"saving {folder} (async: training paused {paused:.1f} s{waited})")
         self.last_saved = self.iteration
-        self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
         return folder
+
+    def poll_saves(self) -> None:
+        """Move an asynchronous save on (collective, non-blocking: every step boundary)."""
+        if self.saver is not None:
+            self._report(self.saver.poll())
+
+    def wait_saves(self) -> None:
+        """Finish an asynchronous save in flight (collective, blocking)."""
+        if self.saver is not None:
+            self._report(self.saver.wait())
+
+    def _report(self, done: ckpt.SaveDone | None) -> None:
+        if done is not None:
+            self.console(f"checkpoint {done.folder.name} complete in {done.seconds:.1f} s")
 
     # ---- steps ---------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -458,6 +493,10 @@ class Trainer:
             try:
                 self.setup()
                 return self._loop()
+            except BaseException:
+                if self.saver is not None:  # no collective now: the save in flight stays a .tmp
+                    self.saver.abort()
+                raise
             finally:
                 if hasattr(self, "metrics"):
                     self.metrics.close()
@@ -473,6 +512,7 @@ class Trainer:
         stopped, signum, run_steps = "done", None, 0
         last_val: int | None = None
         while self.iteration < self.iters:
+            self.poll_saves()
             signum = self._stop_requested()
             if signum is not None:
                 stopped = "signal"
@@ -519,9 +559,14 @@ class Trainer:
             )
             saved = self.save()
         elif stopped == "signal":
-            self.console(f"stopping on {_signame(signum)} after iteration {self.iteration}")
+            pending = self.saver is not None and self.saver.pending == self.iteration
+            self.console(
+                f"stopping on {_signame(signum)} after iteration {self.iteration}"
+                + (": completing its checkpoint" if pending else "")
+            )
         if stopped == "done" and val_every is not None and last_val != self.iteration:
             val_loss = self._validate()
+        self.wait_saves()  # also the one a stop wrote: complete before the process exits
         if saved is None and self.last_saved is not None:
             saved = ckpt.checkpoint_dir(self.run.checkpoints, self.last_saved)
         return RunResult(

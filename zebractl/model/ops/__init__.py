@@ -227,20 +227,22 @@ def lm_loss(
 ) -> Tensor:
     """Sum of token cross-entropies of ``hidden @ weight.T`` against labels (ignored: -100), fp32.
 
-    With the FLA fused kernel the ``[tokens x vocab]`` logits are never materialised.
+    With ``kernels.fused_linear_cross_entropy`` the ``[tokens x vocab]`` logits are never
+    materialised (:mod:`zebractl.model.ops.lm_head`: chunked, bf16 tensor-core products with fp32
+    accumulation of the weight gradient; FLA's Triton cross-entropy on the fla backend).
     """
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
-    if opts.fla(opts.kernels.fused_linear_cross_entropy):
-        from fla.modules.fused_linear_cross_entropy.ops import fused_linear_cross_entropy_loss
+    if opts.kernels.fused_linear_cross_entropy:
+        from zebractl.model.ops.lm_head import linear_cross_entropy
 
-        return fused_linear_cross_entropy_loss(
+        return linear_cross_entropy(
             h,
-            y,
             weight,
+            y,
             num_chunks=opts.kernels.fused_ce_chunks,
-            reduction="sum",
             ignore_index=ignore_index,
-        ).float()
+            fla_ce=opts.backend == "fla",
+        )
     logits = F.linear(h, weight).float()
     return F.cross_entropy(logits, y, ignore_index=ignore_index, reduction="sum")

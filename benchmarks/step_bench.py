@@ -1,0 +1,320 @@
+"""Training-step throughput, side by side in one process on one GPU: zebractl vs FLA (issue 12).
+
+    python benchmarks/step_bench.py --preset kda_300M --runs ours:16,64 fla_shipped:16,64 \
+        fla_tuned:16,64 --repeat-ours --json-out RESULTS.json
+    python benchmarks/step_bench.py --smoke            # CPU: exercises the code paths on tiny_kda
+
+A step is one optimizer step over one micro-batch of random tokens at seq 2048 (accumulation 1, so
+the optimizer's share is the largest it can be), timed with CUDA events: median of --steps steps
+after --warmup steps. Three implementations, each built fresh from the same initial weights:
+
+- ``ours``: zebractl's training step as `zebractl train` runs it: the Megatron engine (bf16 params,
+  fp32 mains and grads, megatron DDP, fused AdamW, clip 1.0) with the recipe's kernel settings.
+  ``ours_torch_fused``: the same model on the torch_fused engine (FLA's way of holding parameters).
+- ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
+  the way FLA trains (fp32 params, bf16 autocast, ``torch.optim.AdamW(fused=True)``, clip 1.0),
+  every FLA fusion on, its loss as shipped (fused linear cross-entropy, fp32 weight-gradient
+  accumulation, 8 chunks).
+- ``fla_tuned``: the same with the LM-head fix applied to FLA's model too (its criterion replaced
+  by zebractl's chunked loss: bf16 products, fp32 accumulation, FLA's cross-entropy kernels, 8 chunks).
+
+Presets without an FLA class (the hybrids) run ``ours`` only. An out-of-memory micro-batch is
+recorded as such. MFU is against 989 TFLOP/s (dense bf16, H100/H200), with 6 x parameters per token
+and with plan's FLOP count (recurrence and attention included). Each result is one JSON line
+(prefix ``RESULT``) and, with --json-out, one list in that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+
+PEAK = 989e12
+RESULTS: list[dict] = []
+
+
+def emit(**kw) -> None:
+    RESULTS.append(kw)
+    print("RESULT " + json.dumps(kw), flush=True)
+
+
+def _time(fn, warmup: int, steps: int, cuda: bool) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    if not cuda:
+        out = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(steps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+class OurLoss(torch.nn.Module):
+    """FLA's criterion interface (hidden, labels, weight, bias) -> mean loss, with zebractl's
+    chunked LM-head loss inside (the "LM-head fix" applied to FLA's model)."""
+
+    ignore_index = -100
+    reduction = "mean"
+
+    def __init__(self, num_chunks: int = 8) -> None:
+        super().__init__()
+        self.num_chunks = num_chunks
+
+    def forward(self, hidden, labels, weight, bias=None):
+        from zebractl.model.ops.lm_head import linear_cross_entropy
+
+        assert bias is None
+        h = hidden.reshape(-1, hidden.shape[-1])
+        y = labels.reshape(-1)
+        loss = linear_cross_entropy(h, weight, y, num_chunks=self.num_chunks, fla_ce=h.is_cuda)
+        return loss / (y != self.ignore_index).sum().clamp_min(1)
+
+
+def _cfg(preset: str, micro: int, seq: int, extra: list[str]):
+    sets = [
+        "data.paths=[{path: /unused}]",
+        f"batch.micro={micro}",
+        f"batch.global={micro}",
+        f"data.seq_length={seq}",
+        "parallelism.num_gpus=1",
+        *extra,
+    ]
+    return resolve_recipe(preset, sets).run
+
+
+def _fla_model(m, state_dict):
+    import fla.models as fm
+
+    from zebractl.convert import mapping
+
+    cfg = mapping.fla_config(m) | {
+        "fuse_norm": True,
+        "fuse_swiglu": True,
+        "fuse_cross_entropy": True,
+    }
+    if mapping.family(m) == "gdn":
+        cfg |= {"fuse_cross_entropy": False, "fuse_linear_cross_entropy": True}
+        model = fm.GatedDeltaNetForCausalLM(fm.GatedDeltaNetConfig(**cfg))
+    else:
+        model = fm.KDAForCausalLM(fm.KDAConfig(**cfg))
+    model.load_state_dict(mapping.to_fla(state_dict, m), strict=False)
+    return model
+
+
+def _has_fla_class(m) -> bool:
+    from zebractl.convert import mapping
+
+    try:
+        return mapping.family(m) in ("kda", "gdn")
+    except Exception:  # noqa: BLE001 - a hybrid has no FLA class
+        return False
+
+
+def _free() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def bench(
+    preset: str,
+    runs: list[tuple[str, int]],
+    seq: int,
+    warmup: int,
+    steps: int,
+    repeat_ours: bool,
+    extra: list[str],
+) -> None:
+    from zebractl.model.model import build_model
+    from zebractl.planning.flops import flops_per_token
+    from zebractl.runtime.dist import ensure_initialized
+    from zebractl.train.engine import build_engine
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    ensure_initialized()
+    base = _cfg(preset, runs[0][1], seq, extra)
+    m = base.model
+    plan_flops = flops_per_token(m, seq).training
+    # the shared initial weights (fp32, as every engine initialises)
+    init = build_model(m, kernels=base.kernels, device="cpu", seed=base.seed)
+    sd = {k: v for k, v in init.state_dict().items() if not k.endswith("_extra_state")}
+    n_params = sum(p.numel() for p in init.parameters())
+    del init
+    order = [(i, mb) for i, mb in runs if i.startswith("ours") or _has_fla_class(m)]
+    ours = [r for r in order if r[0] == "ours"]
+    if repeat_ours and ours:
+        order.append(ours[0])
+    seen: set[tuple[str, int]] = set()
+    for impl, micro in order:
+        repeat = (impl, micro) in seen
+        seen.add((impl, micro))
+        _free()
+        ids = torch.randint(0, m.vocab_size, (micro, seq), device=device)
+        labels, mask = ids.roll(-1, 1), torch.ones(micro, seq, device=device)
+        losses: list[torch.Tensor] = []
+        try:
+            t_build = time.perf_counter()
+            if impl in ("ours", "ours_torch_fused"):
+                cfg = _cfg(preset, micro, seq, extra)
+                if not cuda or impl == "ours_torch_fused":
+                    cfg = cfg.model_copy(
+                        update={
+                            "optimizer": cfg.optimizer.model_copy(update={"impl": "torch_fused"})
+                        }
+                    )
+                engine = build_engine(cfg, device, world=1, seed=cfg.seed)
+                target = engine.model.state_dict()
+                engine.model.load_state_dict(
+                    {k: v.to(target[k].dtype) for k, v in sd.items()}, strict=False
+                )
+                engine.reload_model_params()
+                for g in engine.optimizer.param_groups:
+                    g["lr"] = 3e-4
+
+                def step(engine=engine, ids=ids, labels=labels, mask=mask, losses=losses):
+                    engine.zero_grad()
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast):
+                        loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
+                        loss = loss_sum / ntok
+                        loss.backward()
+                    engine.finish_grads()
+                    engine.step()
+                    losses.append(loss.detach())
+
+                holder = [engine]
+            else:
+                model = _fla_model(m, sd).to(device).train()
+                if impl == "fla_tuned":
+                    model.criterion = OurLoss(num_chunks=8)
+                opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=cuda)
+
+                def step(model=model, opt=opt, ids=ids, losses=losses):
+                    opt.zero_grad(set_to_none=True)
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                        out = model(input_ids=ids, labels=ids)
+                    out.loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    losses.append(out.loss.detach())
+
+                holder = [model, opt]
+            build_s = time.perf_counter() - t_build
+            t0 = time.perf_counter()
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            times = _time(step, warmup, steps, cuda)
+            med = statistics.median(times)
+            tps = micro * seq / med * 1e3
+            emit(
+                check="step",
+                preset=preset,
+                impl=impl + ("_repeat" if repeat else ""),
+                micro=micro,
+                seq=seq,
+                step_ms=round(med, 2),
+                step_ms_all=[round(t, 2) for t in times],
+                tokens_per_s=round(tps),
+                mfu_6n=round(tps * 6 * n_params / PEAK, 4),
+                mfu_plan=round(tps * plan_flops / PEAK, 4),
+                peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
+                reserved_gib=round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
+                static_gib=round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None,
+                first_step_s=round(first, 2),
+                build_s=round(build_s, 2),
+                loss_first=round(losses[0].item(), 4),
+                loss_last=round(losses[-1].item(), 4),
+                params=n_params,
+            )
+        except torch.OutOfMemoryError as exc:
+            emit(
+                check="step",
+                preset=preset,
+                impl=impl,
+                micro=micro,
+                seq=seq,
+                oom=True,
+                error=str(exc).splitlines()[0][:200],
+            )
+        finally:
+            holder = step = None  # noqa: F841
+            losses.clear()
+            _free()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="kda_300M")
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=["ours:16", "fla_shipped:16", "fla_tuned:16"],
+        help="IMPL:MICRO[,MICRO...] in the order to time them, e.g. ours:16,64 fla_shipped:16",
+    )
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeat-ours", action="store_true", help="time ours again at the end")
+    ap.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        help="extra --set for ours (e.g. kernels.fused_ce_chunks=16)",
+    )
+    ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="CPU: tiny_kda, tiny steps")
+    a = ap.parse_args()
+    from zebractl.runtime import kernel_cache
+
+    cache = kernel_cache.configure()
+    emit(
+        env="versions",
+        torch=torch.__version__,
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        triton_cache=os.environ.get("TRITON_CACHE_DIR"),
+        kernel_cache=cache.describe() if cache else None,
+        date=time.strftime("%Y-%m-%d"),
+    )
+    runs = [
+        (spec.split(":")[0], int(mb)) for spec in a.runs for mb in spec.split(":")[1].split(",")
+    ]
+    if a.smoke:
+        bench("tiny_kda", [("ours", 2)], 64, 1, 2, True, ["kernels.backend=torch"])
+    else:
+        bench(a.preset, runs, a.seq, a.warmup, a.steps, a.repeat_ours, a.extra)
+    if a.json_out:
+        a.json_out.parent.mkdir(parents=True, exist_ok=True)
+        a.json_out.write_text(json.dumps(RESULTS, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""`zebractl.run.checkpoint.AsyncSaver`: a background save holds the state of the moment it began,
+writes the files a synchronous save writes, completes only through the marker, and a failure of the
+writer or of the marker thread raises and leaves no complete checkpoint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from zebractl.run import checkpoint as ckpt  # noqa: E402
+from zebractl.run.records import CheckpointMarker  # noqa: E402
+
+
+def _marker(iteration: int) -> CheckpointMarker:
+    return CheckpointMarker(
+        iteration=iteration,
+        consumed_samples=8 * iteration,
+        optimizer_impl="torch_fused",
+        distributed_optimizer=False,
+        world_size=1,
+        run_id="test",
+        zebractl_version="0",
+    )
+
+
+def _state(weight: torch.Tensor, iteration: int) -> dict:
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    return {
+        "w": ShardedTensor.from_rank_offsets("w", weight, replica_id=0),
+        "iteration": iteration,
+    }
+
+
+def _load(folder: Path) -> dict:
+    return ckpt.load(folder, _state(torch.empty(64, 32), 0))
+
+
+def _until_done(saver: ckpt.AsyncSaver, timeout: float = 60.0) -> ckpt.SaveDone:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = saver.poll()
+        if done is not None:
+            return done
+        time.sleep(0.01)
+    raise AssertionError("the background save did not complete")
+
+
+def test_a_background_save_holds_the_state_it_began_with(process_group, tmp_path):
+    w = torch.randn(64, 32)
+    ckpt.save(tmp_path, 1, _state(w, 1), _marker(1), keep_last=0, is_writer=True)
+    saver = ckpt.AsyncSaver()
+    final = saver.begin(tmp_path, 2, _state(w, 2), _marker(2), keep_last=0, is_writer=True)
+    began = w.clone()
+    w.add_(1.0)  # training goes on: the checkpoint keeps the weights of the moment it began
+    assert saver.pending == 2
+    assert not final.exists() or (final / ckpt.MARKER).exists()
+    done = _until_done(saver)
+    assert (done.folder, done.iteration) == (final, 2) and done.seconds > 0
+    assert saver.pending is None and saver.last_complete == final
+    assert saver.poll() is None and saver.wait() is None  # nothing in flight any more
+    assert [c.iteration for c in ckpt.complete(tmp_path)] == [1, 2]
+    ckpt.verify(final)
+    loaded = _load(final)
+    assert torch.equal(loaded["w"], began) and loaded["iteration"] == 2
+    # the same files as a synchronous save, the same shard bytes
+    sync, asyn = (ckpt.read_marker(tmp_path / f"iter_000000{i}").files for i in (1, 2))
+    assert [f.path for f in sync] == [f.path for f in asyn]
+    ckpt.save(tmp_path / "again", 2, _state(began, 2), _marker(2), keep_last=0, is_writer=True)
+    again = {f.path: f.sha256 for f in ckpt.read_marker(tmp_path / "again/iter_0000002").files}
+    assert all(again[f.path] == f.sha256 for f in asyn if f.path.endswith(".distcp"))
+
+
+def test_begin_finishes_the_previous_save_and_prunes(process_group, tmp_path):
+    w = torch.randn(64, 32)
+    saver = ckpt.AsyncSaver()
+    for it in (1, 2, 3):
+        saver.begin(tmp_path, it, _state(w, it), _marker(it), keep_last=2, is_writer=True)
+        # the previous save is complete (and pruned) before the next begins
+        assert [c.iteration for c in ckpt.complete(tmp_path)] == list(range(max(1, it - 2), it))
+    done = saver.wait()
+    assert done is not None and done.iteration == 3
+    assert [c.iteration for c in ckpt.complete(tmp_path)] == [2, 3]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_failed_background_write_raises_and_completes_nothing(
+    process_group, tmp_path, monkeypatch
+):
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    def full_disk(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    # the writer processes are forked from this one: they inherit the failing write
+    monkeypatch.setattr(filesystem_async, "_write_item", full_disk)
+    saver = ckpt.AsyncSaver()
+    saver.begin(
+        tmp_path, 5, _state(torch.randn(64, 32), 5), _marker(5), keep_last=0, is_writer=True
+    )
+    with pytest.raises(ckpt.SaveFailed, match="iter_0000005 was not saved: writing it failed"):
+        saver.wait()
+    assert ckpt.complete(tmp_path) == []
+    assert (tmp_path / "iter_0000005.tmp").is_dir()
+    assert not (tmp_path / "iter_0000005.tmp" / ckpt.MARKER).exists()
+    # the saver is usable again once the cause is gone
+    monkeypatch.undo()
+    saver.begin(
+        tmp_path, 6, _state(torch.randn(64, 32), 6), _marker(6), keep_last=0, is_writer=True
+    )
+    assert saver.wait() is not None
+    assert [c.iteration for c in ckpt.complete(tmp_path)] == [6]
+
+
+def test_a_failed_marker_thread_raises_at_the_next_poll(process_group, tmp_path, monkeypatch):
+    def unreadable(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ckpt, "_sha256", unreadable)
+    saver = ckpt.AsyncSaver()
+    saver.begin(
+        tmp_path, 7, _state(torch.randn(64, 32), 7), _marker(7), keep_last=0, is_writer=True
+    )
+    with pytest.raises(ckpt.SaveFailed, match="hashing and marking it failed .*Permission denied"):
+        _until_done(saver)
+    assert saver.pending is None and saver.last_complete is None
+    assert ckpt.complete(tmp_path) == []
+    assert not (tmp_path / "iter_0000007.tmp" / ckpt.MARKER).exists()
+
+
+def test_abort_leaves_the_save_incomplete_and_later_saves_sound(process_group, tmp_path):
+    """An aborted save is never finalised; its writer's report (megatron's writers report through
+    one process-wide queue) must not be taken by the next save, synchronous or not."""
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    saver = ckpt.AsyncSaver()
+    bigger = _state(torch.randn(64, 32), 8) | {
+        "v": ShardedTensor.from_rank_offsets("v", torch.randn(1000), replica_id=0)
+    }  # two write buckets, where the saves below have one
+    saver.begin(tmp_path, 8, bigger, _marker(8), keep_last=0, is_writer=True)
+    saver.abort()
+    assert saver.pending is None and saver.wait() is None
+    w9, w10 = torch.randn(64, 32), torch.randn(64, 32)
+    ckpt.save(tmp_path, 9, _state(w9, 9), _marker(9), keep_last=0, is_writer=True)
+    saver.begin(tmp_path, 10, _state(w10, 10), _marker(10), keep_last=0, is_writer=True)
+    assert saver.wait() is not None
+    assert [c.iteration for c in ckpt.complete(tmp_path)] == [9, 10]
+    assert torch.equal(_load(tmp_path / "iter_0000009")["w"], w9)
+    assert torch.equal(_load(tmp_path / "iter_0000010")["w"], w10)
+    tmp = tmp_path / "iter_0000008.tmp"  # the aborted save: written by its writer, never finalised
+    assert (
+        tmp.is_dir() and not (tmp / ckpt.MARKER).exists() and not (tmp / "metadata.json").exists()
+    )
+
+
+def test_the_staged_host_copies_live_until_the_save_is_finalised(
+    process_group, tmp_path, monkeypatch
+):
+    """The writer reads host copies of the GPU tensors: they are made when the save begins and stay
+    referenced in the trainer's process until the save is finalised (megatron's own staging let
+    them go at the fork, and its pinned memory could then be handed to the next batch)."""
+    import gc
+    import weakref
+
+    copies: list[weakref.ref] = []
+
+    def host_copy(t):  # on this CPU machine, stands in for the device-to-host copy
+        c = t.detach().clone()
+        copies.append(weakref.ref(c))
+        return c
+
+    monkeypatch.setattr(ckpt, "_host_copy", host_copy)
+    w = torch.randn(64, 32)
+    saver = ckpt.AsyncSaver()
+    saver.begin(tmp_path, 3, _state(w, 3), _marker(3), keep_last=0, is_writer=True)
+    began = w.clone()
+    w.add_(1.0)
+    gc.collect()
+    assert copies and all(ref() is not None for ref in copies), "staged copies were released"
+    done = _until_done(saver)
+    assert done.iteration == 3
+    gc.collect()
+    assert all(ref() is None for ref in copies), "staged copies outlive their save"
+    assert torch.equal(_load(done.folder)["w"], began)

@@ -1,0 +1,82 @@
+"""`zebractl warmup RECIPE`: compile and tune the recipe's GPU kernels into the kernel cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from zebractl.cli._common import (
+    JSON_HELP,
+    SET_HELP,
+    complete_recipe,
+    complete_set,
+    emit_json,
+    err,
+    guarded,
+    require,
+    stdout_to_stderr,
+)
+
+
+@guarded
+def warmup(
+    recipe: str = typer.Argument(
+        ..., help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
+    ),
+    micro: list[int] = typer.Option(
+        [],
+        "--micro",
+        metavar="N",
+        help="Micro-batch to compile for (repeatable; default: the recipe's batch.micro).",
+    ),
+    export: Path = typer.Option(
+        None,
+        "--export",
+        help="Also write the cache's tuned configurations to this .tar.xz (what zebractl ships "
+        "for a GPU).",
+    ),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP + " Progress goes to stderr."),
+) -> None:
+    """Compile and tune the recipe's FLA kernels into the persistent kernel cache, ahead of a job.
+
+    The cache is ~/.cache/zebractl/kernels/<gpu>_torch-<v>_triton-<v>_fla-<v>/ (ZEBRACTL_CACHE_DIR
+    moves it; TRITON_CACHE_DIR / TILELANG_CACHE_DIR, when set, are used instead). `zebractl train`
+    reads the same cache. Needs a CUDA GPU (exit 2 without one).
+    """
+    require(("torch", "megatron.core", "fla"), "train", "`zebractl warmup`")
+    from zebractl.config.catalog import reference
+    from zebractl.config.resolve import resolve_recipe
+    from zebractl.train.warmup import warmup as run
+
+    say = err if json_out else print
+    r = resolve_recipe(reference(recipe), set_)
+    with stdout_to_stderr(json_out):  # TileLang logs its compiles on stdout
+        res = run(r.run, list(micro) or None, export, say)
+    before, after = res.before, res.after
+    say(
+        f"warm: {after['tuned']} tuned configurations ({after['tuned'] - before['tuned']:+d}), "
+        f"{after['compiled']} compiled kernels ({after['compiled'] - before['compiled']:+d}) in "
+        f"{res.cache}"
+    )
+    if json_out:
+        from zebractl.schemas.reports import WarmupReport
+
+        emit_json(
+            WarmupReport(
+                recipe=r.name,
+                cache=res.cache,
+                stack=res.stack,
+                shipped=res.shipped,
+                seconds={str(k): v for k, v in res.seconds.items()},
+                tuned_before=before["tuned"],
+                tuned_after=after["tuned"],
+                compiled_before=before["compiled"],
+                compiled_after=after["compiled"],
+                exported=str(res.exported) if res.exported else None,
+                exported_files=res.exported_files,
+            )
+        )
