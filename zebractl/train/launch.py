@@ -162,16 +162,18 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
                 ) from None
             out.exit_code = done.returncode
         return out
-    # before any kernel is compiled, and inherited by torchrun's workers
-    from zebractl.runtime import kernel_cache
-
-    cache = kernel_cache.configure()
-    if cache is not None and rank == 0 and world == 1:
-        console(cache.describe())
     if req.nproc is not None and req.nproc > 1 and world == 1:
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))
         return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
+
+    # the persistent kernel cache, before any kernel is compiled (each rank sets up its own; the
+    # launcher above never touches the GPU)
+    from zebractl.runtime import kernel_cache
+
+    cache = kernel_cache.configure()
+    if cache is not None and rank == 0:
+        console(cache.describe())
 
     from zebractl.run.records import ResolvedConfigRecord
     from zebractl.train.trainer import Trainer
