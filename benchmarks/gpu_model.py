@@ -116,18 +116,9 @@ def kernels(mixer: str, device: str, batch: int, seq: int) -> None:
 
 
 def _time_steps(fn, warmup: int = 3, steps: int = 8) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
+    from step_bench import _time
+
+    return _time(fn, warmup, steps, cuda=True)
 
 
 def step(preset: str, micro: int, seq: int, fla_reference: bool) -> None:
