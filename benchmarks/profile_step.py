@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gzip
 import json
 import re
 import statistics
@@ -117,6 +118,7 @@ def main() -> None:
     ap.add_argument("--timed", type=int, default=5)
     ap.add_argument("--profiled", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--set", dest="extra", action="append", default=[], help="extra --set")
     a = ap.parse_args()
     from zebractl.runtime import kernel_cache
     from zebractl.runtime.dist import ensure_initialized
@@ -124,7 +126,7 @@ def main() -> None:
 
     kernel_cache.configure()
     ensure_initialized()
-    cfg = sb._cfg(a.preset, a.micro, a.seq, [])
+    cfg = sb._cfg(a.preset, a.micro, a.seq, a.extra)
     m = cfg.model
     engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
     ids = torch.randint(0, m.vocab_size, (a.micro, a.seq), device="cuda")
@@ -151,6 +153,9 @@ def main() -> None:
     trace_path = a.out / "trace.json"
     prof.export_chrome_trace(str(trace_path))
     trace = json.loads(trace_path.read_text())
+    # kept (compressed) so the categories can be recomputed without the GPU
+    with gzip.open(a.out / "trace.json.gz", "wt") as f:
+        json.dump(trace, f)
     trace_path.unlink()
     by_cat, by_name, total, window = categorize(trace, m.padded_vocab_size, m.ffn_hidden_size)
     n = a.profiled

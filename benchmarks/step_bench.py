@@ -11,6 +11,9 @@ after --warmup steps. Three implementations, each built fresh from the same init
 - ``ours``: zebractl's training step as `zebractl train` runs it: the Megatron engine (bf16 params,
   fp32 mains and grads, megatron DDP, fused AdamW, clip 1.0) with the recipe's kernel settings.
   ``ours_torch_fused``: the same model on the torch_fused engine (FLA's way of holding parameters).
+  ``ours_fp8`` / ``ours_fp8_rowwise``: with ``kernels.fp8_mlp`` tensorwise / rowwise (opt-in FP8
+  MLP GEMMs through torchao, the MLP compiled). ``ours_unfused_add``: the residual add outside the
+  next norm, as before the fused add+RMSNorm (measures that change alone).
 - ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
   the way FLA trains (fp32 params, bf16 autocast, ``torch.optim.AdamW(fused=True)``, clip 1.0),
   every FLA fusion on, its loss as shipped (fused linear cross-entropy, fp32 weight-gradient
@@ -91,6 +94,25 @@ class OurLoss(torch.nn.Module):
         y = labels.reshape(-1)
         loss = linear_cross_entropy(h, weight, y, num_chunks=self.num_chunks, fla_ce=h.is_cuda)
         return loss / (y != self.ignore_index).sum().clamp_min(1)
+
+
+OURS_SETS = {
+    "ours_fp8": ["kernels.fp8_mlp=tensorwise"],
+    "ours_fp8_rowwise": ["kernels.fp8_mlp=rowwise"],
+}
+
+
+def _unfuse_residual_adds(model) -> None:
+    """Run the decoder as it ran before the fused add+RMSNorm: each sublayer adds its own residual
+    (``x = layer(x)``), then the next norm reads the sum (benchmark only)."""
+    stack = model.module.decoder if hasattr(model, "module") else model.decoder
+
+    def forward(x, stack=stack):
+        for layer in stack.layers:
+            x = layer(x)
+        return stack.final_norm(x)
+
+    stack.forward = forward
 
 
 def _cfg(preset: str, micro: int, seq: int, extra: list[str]):
@@ -179,8 +201,8 @@ def bench(
         losses: list[torch.Tensor] = []
         try:
             t_build = time.perf_counter()
-            if impl in ("ours", "ours_torch_fused"):
-                cfg = _cfg(preset, micro, seq, extra)
+            if impl.startswith("ours"):
+                cfg = _cfg(preset, micro, seq, extra + OURS_SETS.get(impl, []))
                 if not cuda or impl == "ours_torch_fused":
                     cfg = cfg.model_copy(
                         update={
@@ -188,6 +210,8 @@ def bench(
                         }
                     )
                 engine = build_engine(cfg, device, world=1, seed=cfg.seed)
+                if impl == "ours_unfused_add":
+                    _unfuse_residual_adds(engine.model)
                 target = engine.model.state_dict()
                 engine.model.load_state_dict(
                     {k: v.to(target[k].dtype) for k, v in sd.items()}, strict=False

@@ -167,13 +167,19 @@ def _fake_fla(monkeypatch) -> None:
         _ce_torch(logits, target, ignore_index)
         return logits
 
+    def rms(x, w, b, residual=None, eps=1e-6, prenorm=False):
+        if residual is None:
+            return T.rms_norm(x, w, eps)
+        r = residual + x
+        return T.rms_norm(r, w, eps), r
+
     stand_ins = {
         "fla.ops.kda.chunk_kda": passthrough,
         "fla.ops.gated_delta_rule.chunk_gated_delta_rule": passthrough,
         "fla.ops.simple_gla.chunk_simple_gla": gla,
         "fla.modules.l2norm.l2norm": T.l2norm,
         "fla.modules.causal_conv1d.ops.causal_conv1d": conv,
-        "fla.modules.norm.layernorm.rms_norm": lambda x, w, b, eps: T.rms_norm(x, w, eps),
+        "fla.modules.norm.layernorm.rms_norm": rms,
         "fla.modules.norm.fused_norm_gate.rms_norm_gated": (
             lambda x, g, w, b, activation, eps: T.gated_rms_norm(x, g, w, eps, activation)
         ),

@@ -132,6 +132,16 @@ class Norm(nn.Module):
             ).to(x.dtype)
         return ops.rms_norm(self.opts, x, self.weight, self.eps)
 
+    def add(self, delta: Tensor | None, residual: Tensor) -> tuple[Tensor, Tensor]:
+        """``(norm(residual + delta), residual + delta)`` (``delta`` None: no add); one fused
+        kernel for RMSNorm with ``kernels.fused_rmsnorm`` on the fla backend."""
+        if delta is None:
+            return self(residual), residual
+        if self.kind == "rmsnorm":
+            return ops.add_rms_norm(self.opts, delta, residual, self.weight, self.eps)
+        residual = residual + delta
+        return self(residual), residual
+
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, kind={self.kind}"
 
@@ -167,7 +177,11 @@ class GatedNorm(nn.Module):
 
 
 class SwiGLUMLP(MegatronModule):
-    """``linear_fc2(silu(gate) * up)`` with ``linear_fc1`` rows ``[gate; up]`` (megatron's layout)."""
+    """``linear_fc2(silu(gate) * up)`` with ``linear_fc1`` rows ``[gate; up]`` (megatron's layout).
+
+    With ``kernels.fp8_mlp`` the same parameters are applied by :func:`zebractl.model.ops.fp8.swiglu_mlp`
+    (FP8 GEMMs through torchao, compiled); checkpoints and conversion do not change.
+    """
 
     def __init__(self, config, opts: KernelOptions) -> None:
         super().__init__(config=config)
@@ -194,8 +208,17 @@ class SwiGLUMLP(MegatronModule):
             skip_bias_add=False,
             tp_group=tp_group(),
         )
+        self._fp8 = None
+        if opts.kernels.fp8_mlp != "off":
+            from zebractl.model.ops import fp8
+
+            self._fp8 = (fp8.FP8Recipe.build(opts.kernels.fp8_mlp), fp8.compiled_swiglu_mlp())
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._fp8 is not None:  # kernels.fp8_mlp: the same weights, FP8 GEMMs, one compiled region
+            recipe, mlp = self._fp8
+            fc1, fc2 = self.linear_fc1, self.linear_fc2
+            return mlp(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, recipe)
         h, _ = self.linear_fc1(x)
         gate, up = h.chunk(2, dim=-1)
         out, _ = self.linear_fc2(ops.swiglu(self.opts, gate, up))
@@ -207,11 +230,32 @@ MLPS = {"swiglu": SwiGLUMLP}
 
 
 class _Residual(MegatronModule):
-    def _residual(self, x: Tensor, out: Tensor) -> Tensor:
+    """A pre-norm sublayer: ``x + dropout(inner(norm(x)))``.
+
+    :class:`~zebractl.model.model.ZebraStack` runs the sublayers as :meth:`step`, which takes the
+    previous sublayer's output apart from the residual stream so that the add and the norm are one
+    fused kernel (``kernels.fused_rmsnorm``: FLA's RMSNorm with residual, as FLA's models do);
+    ``forward(x)`` is the same sublayer on a plain stream.
+    """
+
+    norm_name = "norm"
+
+    def _inner(self, h: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def step(self, delta: Tensor | None, residual: Tensor) -> tuple[Tensor, Tensor]:
+        """``(delta', residual + delta)``: the new residual stream is ``residual + delta`` (the
+        previous sublayer's output; None for the first) and ``delta'`` this sublayer's output."""
+        h, residual = getattr(self, self.norm_name).add(delta, residual)
+        out = self._inner(h)
         p = self.config.hidden_dropout
         if p and self.training:
             out = F.dropout(out, p=p, training=True)
-        return x + out
+        return out, residual
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, residual = self.step(None, x)
+        return residual + out
 
 
 class MixerSublayer(_Residual):
@@ -221,31 +265,34 @@ class MixerSublayer(_Residual):
         super().__init__(config=config)
         self.norm, self.mixer = norm, mixer
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._residual(x, self.mixer(self.norm(x)))
+    def _inner(self, h: Tensor) -> Tensor:
+        return self.mixer(h)
 
 
 class AttentionSublayer(_Residual):
     """``input_layernorm`` then megatron's MLA ``self_attention`` (sequence-first), plus residual."""
 
+    norm_name = "input_layernorm"
+
     def __init__(self, config, norm: nn.Module, attention: nn.Module) -> None:
         super().__init__(config=config)
         self.input_layernorm, self.self_attention = norm, attention
 
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.input_layernorm(x).transpose(0, 1)
-        out, bias = self.self_attention(h, attention_mask=None)
+    def _inner(self, h: Tensor) -> Tensor:
+        out, bias = self.self_attention(h.transpose(0, 1), attention_mask=None)
         if bias is not None:
             out = out + bias
-        return self._residual(x, out.transpose(0, 1))
+        return out.transpose(0, 1)
 
 
 class MLPSublayer(_Residual):
     """``pre_mlp_layernorm`` then the SwiGLU ``mlp``, plus the residual."""
 
+    norm_name = "pre_mlp_layernorm"
+
     def __init__(self, config, norm: nn.Module, mlp: nn.Module) -> None:
         super().__init__(config=config)
         self.pre_mlp_layernorm, self.mlp = norm, mlp
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._residual(x, self.mlp(self.pre_mlp_layernorm(x)))
+    def _inner(self, h: Tensor) -> Tensor:
+        return self.mlp(h)

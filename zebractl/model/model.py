@@ -75,9 +75,10 @@ class ZebraStack(MegatronModule):
         self.final_norm = Norm(h, eps, kind, opts)
 
     def forward(self, x: Tensor) -> Tensor:
+        delta = None  # each sublayer's output, added to the stream inside the next norm
         for layer in self.layers:
-            x = layer(x)
-        return self.final_norm(x)
+            delta, x = layer.step(delta, x)
+        return self.final_norm.add(delta, x)[0]
 
 
 class ZebraModel(LanguageModule):

@@ -182,6 +182,10 @@ class KernelsConfig(StrictModel):
     """Compute the GDN decay gate inside chunk_gated_delta_rule."""
     qk_l2norm_in_kernel: bool = True
     """L2-normalise q and k inside the delta-rule kernels."""
+    fp8_mlp: Literal["off", "tensorwise", "rowwise"] = "off"
+    """Opt-in FP8 GEMMs for the SwiGLU MLPs (torchao float8 training, dynamic scaling, the MLP
+    compiled with torch.compile): tensorwise = one scale per tensor (fastest), rowwise = one per row
+    (more accurate). Megatron engine, bf16, CUDA compute capability 8.9+ (Ada/Hopper) only."""
 
 
 class RunConfig(StrictModel):

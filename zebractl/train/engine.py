@@ -335,6 +335,12 @@ def check_engine(cfg: RunConfig, device: torch.device) -> None:
         raise ConfigError(
             "precision fp16 needs loss scaling, which `zebractl train` does not do; use bf16"
         )
+    if cfg.kernels.fp8_mlp != "off":
+        from zebractl.model.ops.fp8 import unsupported_reason
+
+        why = unsupported_reason(device, cfg.precision, cfg.optimizer.impl)
+        if why:
+            raise ConfigError(why)
     if cfg.optimizer.impl == "torch_fused":
         if cfg.parallelism.distributed_optimizer:
             raise ConfigError(

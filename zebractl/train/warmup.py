@@ -62,6 +62,9 @@ def warmup(
             "kernels.backend is 'torch': the recipe runs no FLA kernels, so there is nothing to "
             "warm up (use kernels.backend auto or fla)"
         )
+    from zebractl.train.engine import check_engine
+
+    check_engine(cfg, torch.device("cuda"))  # e.g. kernels.fp8_mlp on a GPU without FP8
     micro_batches = micro_batches or [cfg.batch.micro]
     if any(m < 1 for m in micro_batches):
         raise ConfigError("--micro values must be at least 1")

@@ -202,6 +202,20 @@ def rms_norm(opts: KernelOptions, x: Tensor, weight: Tensor, eps: float) -> Tens
     return T.rms_norm(x, weight, eps)
 
 
+def add_rms_norm(
+    opts: KernelOptions, delta: Tensor, residual: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    """``(RMSNorm(residual + delta), residual + delta)``: the residual add and the pre-norm of the
+    next sublayer in one kernel (FLA's RMSNorm with ``residual``/``prenorm``) when enabled."""
+    if opts.fla(opts.kernels.fused_rmsnorm):
+        from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
+
+        y, r = fla_rms_norm(delta, weight, None, residual=residual, eps=eps, prenorm=True)
+        return y, r
+    r = residual + delta
+    return T.rms_norm(r, weight, eps), r
+
+
 def gated_rms_norm(
     opts: KernelOptions, x: Tensor, gate: Tensor, weight: Tensor, eps: float, activation: str
 ) -> Tensor:
