@@ -97,8 +97,9 @@ class OurLoss(torch.nn.Module):
 
 
 OURS_SETS = {
-    "ours_fp8": ["kernels.fp8_mlp=tensorwise"],
-    "ours_fp8_rowwise": ["kernels.fp8_mlp=rowwise"],
+    "ours_megatron": ["optimizer.impl=megatron"],
+    "ours_fp8": ["optimizer.impl=megatron", "kernels.fp8_mlp=tensorwise"],
+    "ours_fp8_rowwise": ["optimizer.impl=megatron", "kernels.fp8_mlp=rowwise"],
 }
 
 
