@@ -2,7 +2,8 @@
 
     python benchmarks/profile_step.py --preset kda_300M --micro 16 --out DIR
 
-Builds the step of benchmarks/step_bench.py (``ours``: Megatron engine, accumulation 1), runs
+Builds the step of benchmarks/step_bench.py (``ours``: the recipe's engine and its autocast,
+accumulation 1; ``--set optimizer.impl=megatron`` for the Megatron engine), runs
 --warmup steps, times --timed steps without the profiler (CUDA events, median), then profiles
 --profiled steps with torch.profiler (CUDA activity, shapes). Every GPU kernel is attributed to the
 innermost CPU op that launched it (chrome-trace correlation ids); GEMMs are split by their operand
@@ -134,8 +135,11 @@ def main() -> None:
 
     def step():
         engine.zero_grad()
-        loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
-        (loss_sum / ntok).backward()
+        # the engine's autocast, as the Trainer applies it (torch_fused: fp32 params, bf16 autocast;
+        # without it every GEMM of a torch_fused recipe runs in fp32)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=engine.autocast):
+            loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
+            (loss_sum / ntok).backward()
         engine.finish_grads()
         engine.step()
 
@@ -161,7 +165,8 @@ def main() -> None:
     n = a.profiled
     rows = sorted(by_cat.items(), key=lambda kv: -kv[1])
     lines = [
-        f"# Profile: {a.preset} micro {a.micro} seq {a.seq} (zebractl, Megatron engine, accumulation 1)",
+        f"# Profile: {a.preset} micro {a.micro} seq {a.seq} (zebractl, {cfg.optimizer.impl} engine, "
+        "accumulation 1)",
         "",
         f"Unprofiled step (median of {a.timed}): {med:.1f} ms = {a.micro * a.seq / med * 1e3:,.0f} tok/s. "
         f"Profiled {n} steps: kernel sum {total / n:.1f} ms/step, GPU window {window / n:.1f} ms/step "

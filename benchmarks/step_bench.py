@@ -8,9 +8,11 @@ A step is one optimizer step over one micro-batch of random tokens at seq 2048 (
 the optimizer's share is the largest it can be), timed with CUDA events: median of --steps steps
 after --warmup steps. Three implementations, each built fresh from the same initial weights:
 
-- ``ours``: zebractl's training step as `zebractl train` runs it: the Megatron engine (bf16 params,
-  fp32 mains and grads, megatron DDP, fused AdamW, clip 1.0) with the recipe's kernel settings.
-  ``ours_torch_fused``: the same model on the torch_fused engine (FLA's way of holding parameters).
+- ``ours``: zebractl's training step as `zebractl train` runs the recipe: its engine and kernel
+  settings (the shipped 300M recipes use ``optimizer.impl: torch_fused``: fp32 params, bf16
+  autocast, torch's fused AdamW, clip 1.0, as FLA trains). ``ours_megatron``: the Megatron engine
+  (bf16 params, fp32 mains and grads, megatron DDP, fused AdamW). ``ours_torch_fused``: forced
+  torch_fused.
   ``ours_fp8`` / ``ours_fp8_rowwise``: with ``kernels.fp8_mlp`` tensorwise / rowwise (opt-in FP8
   MLP GEMMs through torchao, the MLP compiled). ``ours_unfused_add``: the residual add outside the
   next norm, as before the fused add+RMSNorm (measures that change alone).
@@ -42,15 +44,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from zebractl.config.errors import ConfigError  # noqa: E402
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 
 PEAK = 989e12
 RESULTS: list[dict] = []
+JSON_OUT: list[Path] = []  # --json-out, rewritten after every result (a later crash loses nothing)
 
 
 def emit(**kw) -> None:
     RESULTS.append(kw)
     print("RESULT " + json.dumps(kw), flush=True)
+    for path in JSON_OUT:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(RESULTS, indent=1) + "\n")
 
 
 def _time(fn, warmup: int, steps: int, cuda: bool) -> list[float]:
@@ -289,6 +296,8 @@ def bench(
                 oom=True,
                 error=str(exc).splitlines()[0][:200],
             )
+        except ConfigError as exc:  # e.g. a setting this engine refuses: recorded, the rest runs
+            emit(check="step", preset=preset, impl=impl, micro=micro, seq=seq, error=str(exc))
         finally:
             holder = step = None  # noqa: F841
             losses.clear()
@@ -318,6 +327,8 @@ def main() -> None:
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny_kda, tiny steps")
     a = ap.parse_args()
+    if a.json_out:
+        JSON_OUT.append(a.json_out)
     from zebractl.runtime import kernel_cache
 
     cache = kernel_cache.configure()
@@ -336,9 +347,6 @@ def main() -> None:
         bench("tiny_kda", [("ours", 2)], 64, 1, 2, True, ["kernels.backend=torch"])
     else:
         bench(a.preset, runs, a.seq, a.warmup, a.steps, a.repeat_ours, a.extra)
-    if a.json_out:
-        a.json_out.parent.mkdir(parents=True, exist_ok=True)
-        a.json_out.write_text(json.dumps(RESULTS, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Headline rows of the issue-12 throughput benchmarks -> benchmarks/results/performance.json.
 
-    python benchmarks/summarize_issue12.py RESULTS_DIR [--gpu "NVIDIA H200"] [--date 2026-12-01]
+    python benchmarks/summarize_issue12.py RESULTS_DIR [RESULTS_DIR ...] [--gpu "NVIDIA H200"]
+        [--date 2026-12-01]
 
-RESULTS_DIR holds the ``bench_<preset>.json`` files of benchmarks/step_bench.py (one process per
+Each RESULTS_DIR (one GPU session; its rows name it as ``source``) holds the ``bench_<preset>.json`` files of benchmarks/step_bench.py (one process per
 preset, every implementation side by side). For each preset: one row at micro-batch 16 and one at
 the fastest micro-batch of ours that fit (FLA's at its own fastest that fit, named in the row).
 Ratios are of tokens/s measured in the same process.
@@ -21,8 +22,8 @@ def _rows(path: Path) -> list[dict]:
     return [r for r in json.loads(path.read_text()) if r.get("check") == "step"]
 
 
-def headline(rows: list[dict], gpu: str, date: str) -> list[dict]:
-    ok = [r for r in rows if not r.get("oom")]
+def headline(rows: list[dict], gpu: str, date: str, source: str = "") -> list[dict]:
+    ok = [r for r in rows if not r.get("oom") and not r.get("error")]
     by = {(r["impl"], r["micro"]): r for r in ok}
     preset = rows[0]["preset"]
 
@@ -56,6 +57,7 @@ def headline(rows: list[dict], gpu: str, date: str) -> list[dict]:
             "gpu": gpu,
             "seq": ours["seq"],
             "row": label,
+            "source": source,
         }
         again = by.get(("ours_repeat", ours["micro"]))
         if again:  # the same configuration timed again at the end of the process (the spread)
@@ -72,13 +74,22 @@ def headline(rows: list[dict], gpu: str, date: str) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("results", type=Path)
+    ap.add_argument("results", type=Path, nargs="+")
     ap.add_argument("--gpu", default="NVIDIA H200")
     ap.add_argument("--date", default="2026-12-01")
     a = ap.parse_args()
     rows = []
-    for path in sorted(a.results.glob("bench_*.json")):
-        rows += headline(_rows(path), a.gpu, a.date)
+    root = OUT.parents[1]
+    for d in a.results:
+        for path in sorted(d.glob("bench_*.json")):
+            if path.name.startswith("bench_fp8"):
+                continue  # FP8 spot check, not a headline (see the README)
+            src = (
+                str(d.resolve().relative_to(root.resolve()))
+                if d.resolve().is_relative_to(root.resolve())
+                else str(d)
+            )
+            rows += headline(_rows(path), a.gpu, a.date, src)
     OUT.write_text(json.dumps(rows, indent=1) + "\n")
     for r in rows:
         print(

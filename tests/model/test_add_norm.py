@@ -48,6 +48,6 @@ def test_gpu_fla_fused_add_rms_norm_matches_torch():
         grads = torch.autograd.grad((y * g_y).sum() + (r * g_r).sum(), (delta, resid, w))
         return [y, r, *grads]
 
-    for a, b in zip(run(fla_opts), run(torch_opts)):
+    for a, b in zip(run(fla_opts), run(torch_opts), strict=True):
         rel = ((a.float() - b.float()).norm() / b.float().norm()).item()
         assert rel < 1e-2, rel

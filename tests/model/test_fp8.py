@@ -45,9 +45,9 @@ def test_emulated_fp8_mlp_matches_fp64_output_and_gradients(recipe):
     ref_in = [p.detach().double().requires_grad_() for p in (x, w1, b1, w2, b2)]
     y_ref = _reference(*ref_in)
     ref_grads = torch.autograd.grad(y_ref, ref_in, g.double())
-    errors = [_rel(y, y_ref)] + [_rel(a, b) for a, b in zip(grads, ref_grads)]
+    errors = [_rel(y, y_ref)] + [_rel(a, b) for a, b in zip(grads, ref_grads, strict=True)]
     assert all(e < FP8_REL_L2 for e in errors), errors
-    for a, p in zip(grads, (x, w1, b1, w2, b2)):
+    for a, p in zip(grads, (x, w1, b1, w2, b2), strict=True):
         assert a.dtype == p.dtype  # gradients come back in the parameters' dtype
 
 
@@ -104,6 +104,6 @@ def test_gpu_compiled_fp8_mlp_matches_fp64(recipe):
     ref_in = [p.detach().double().requires_grad_() for p in (x, w1, w2)]
     y_ref = _reference(ref_in[0], ref_in[1], zero, ref_in[2], torch.zeros(h, device=dev).double())
     ref_grads = torch.autograd.grad(y_ref, ref_in, g.double())
-    errors = [_rel(y, y_ref)] + [_rel(a, b) for a, b in zip(grads, ref_grads)]
+    errors = [_rel(y, y_ref)] + [_rel(a, b) for a, b in zip(grads, ref_grads, strict=True)]
     print(f"{recipe}: rel L2 vs fp64 (out, dx, dw1, dw2) = {[f'{e:.4f}' for e in errors]}")
     assert all(e < FP8_REL_L2 for e in errors), errors

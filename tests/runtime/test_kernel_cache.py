@@ -115,3 +115,23 @@ def test_damaged_archive_warns_and_leaves_autotuning_on(tmp_path):
         n = kc.seed(tmp_path / "cache", archive)
     assert n <= 1
     assert not (tmp_path / "cache" / ".zebractl-seeded").exists()  # retried next time
+
+
+def test_shipped_archives_hold_only_tuning_results_and_are_documented(tmp_path):
+    """Every shipped archive is named by a stack key, holds only ``<hash>/<kernel>.autotune.json``
+    files of valid JSON (nothing executable), seeds a cache, and has its row in the README."""
+    readme = (kc.SHIPPED / "README.md").read_text()
+    archives = sorted(kc.SHIPPED.glob("*.tar.xz"))
+    assert archives, "no shipped kernel configurations"
+    for archive in archives:
+        stack = archive.name.removesuffix(".tar.xz")
+        assert "_torch-" in stack and "_triton-" in stack and "_fla-" in stack, stack
+        assert f"`{archive.name}`" in readme, f"{archive.name} has no row in the README"
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            assert members
+            for m in members:
+                parts = m.name.split("/")
+                assert m.isfile() and len(parts) == 2 and parts[1].endswith(".autotune.json"), m
+                json.loads(tar.extractfile(m).read())
+        assert kc.seed(tmp_path / stack, archive) == len(members)

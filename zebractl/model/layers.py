@@ -215,7 +215,9 @@ class SwiGLUMLP(MegatronModule):
             self._fp8 = (fp8.FP8Recipe.build(opts.kernels.fp8_mlp), fp8.compiled_swiglu_mlp())
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._fp8 is not None:  # kernels.fp8_mlp: the same weights, FP8 GEMMs, one compiled region
+        if (
+            self._fp8 is not None
+        ):  # kernels.fp8_mlp: the same weights, FP8 GEMMs, one compiled region
             recipe, mlp = self._fp8
             fc1, fc2 = self.linear_fc1, self.linear_fc2
             return mlp(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, recipe)

@@ -229,7 +229,11 @@ class MegatronEngine:
     def load_optimizer_state(self, loaded: dict) -> None:
         """Put a loaded :meth:`sharded_optimizer_state` back (moments and fp32 mains)."""
         if self.distributed:
-            self.optimizer.load_state_dict(loaded["distributed"])
+            # no_grad: megatron 0.16.1's dp_reshardable loader (unlike its other loaders) copies into
+            # the main params without it, and an fp32 parameter is its own main param (a leaf that
+            # requires grad), so the copy raises "a view of a leaf Variable ... in-place"
+            with torch.no_grad():
+                self.optimizer.load_state_dict(loaded["distributed"])
             if self.device.type == "cuda":
                 _use_fused_adamw(self._parts())  # a loaded param group carries its saved flags
             return
