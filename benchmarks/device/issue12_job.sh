@@ -105,10 +105,12 @@ log "P6 profile rc=$?"
 # ---- P7: 1B and the Mamba hybrid beside FLA's classes (ours only where FLA has none)
 for p in kda_1B gdn_1B; do
   python3 $B --preset $p --runs ours:16 fla_tuned:16 fla_shipped:16 ours_fp8:16 --repeat-ours \
+    --set parallelism.distributed_optimizer=false \
     --json-out $J/bench_$p.json > $J/bench_$p.log 2>&1
   log "P7 bench $p rc=$?"
 done
 python3 $B --preset zebra_mamba_300M_hybrid --runs ours:16 ours_fp8:16 --repeat-ours \
+  --set parallelism.distributed_optimizer=false \
   --json-out $J/bench_zebra_mamba_300M_hybrid.json > $J/bench_zebra_mamba_300M_hybrid.log 2>&1
 log "P7 bench hybrid rc=$?"
 log DONE
