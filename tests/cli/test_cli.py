@@ -77,8 +77,6 @@ def test_help_documents_exit_codes_and_commands(cli):
 
 
 PENDING = {
-    "convert": (["a", "b"], ["SOURCE", "DESTINATION", "--to", "--recipe"]),
-    "verify": (["a", "b"], ["ORIGINAL", "CONVERTED", "--json"]),
     "eval": (["ckpt"], ["CHECKPOINT", "--tasks", "--json"]),
     "compare": (["a", "b"], ["RUN", "REFERENCE", "--assert", "--json"]),
 }
@@ -95,6 +93,19 @@ def test_pending_commands_say_so_and_exit_2(cli, command):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not available yet" in lines[0] and "nothing was done" in lines[0]
+
+
+def test_convert_and_verify_refuse_missing_inputs_in_one_line(cli, tmp_path):
+    for argv, message in (
+        (["convert", str(tmp_path / "nope"), str(tmp_path / "out")], "no such run directory"),
+        (["verify", str(tmp_path / "nope"), str(tmp_path)], "no config.json"),
+    ):
+        r = cli(*argv)
+        assert r.exit_code == 2 and r.stdout == "", r.output
+        assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr, r.stderr
+    help_text = cli("convert", "--help").stdout.lower()
+    for arg in ("source", "output", "--to", "--iteration", "--dtype", "--format", "--json"):
+        assert arg in help_text, arg
 
 
 def test_train_help_lists_its_options(cli):

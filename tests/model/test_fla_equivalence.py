@@ -15,8 +15,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 fla_models = pytest.importorskip("fla.models")
 
-import torch.nn.functional as F  # noqa: E402
-
 from zebractl.config.resolve import resolve_preset  # noqa: E402
 from zebractl.convert import mapping  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
@@ -24,54 +22,13 @@ from zebractl.model.model import build_model  # noqa: E402
 ATOL = 1e-4
 
 
-def _l2(x):
-    xf = x.float()
-    return xf * torch.rsqrt(xf.square().sum(-1, keepdim=True) + 1e-6)
-
-
 @pytest.fixture
-def fla_on_cpu(monkeypatch):
+def fla_on_cpu():
     """Route FLA's layers through FLA's pure-torch reference implementations."""
-    import fla.layers.gated_deltanet as gdn_layer
-    import fla.layers.kda as kda_layer
-    import fla.modules.mlp as mlp_mod
-    from fla.modules import FusedRMSNormGated, ShortConvolution
-    from fla.ops.gated_delta_rule.gate import naive_gdn_gate
-    from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule
-    from fla.ops.kda.gate import naive_kda_gate
-    from fla.ops.kda.naive import naive_recurrent_kda
+    from zebractl.convert.fla_reference import on_cpu
 
-    def chunk_kda(q, k, v, g, beta, A_log=None, dt_bias=None, **kw):
-        gate = naive_kda_gate(g, A_log, dt_bias)
-        o, _ = naive_recurrent_kda(_l2(q), _l2(k), v.float(), gate, beta.float().sigmoid())
-        return o.to(v.dtype), None
-
-    def chunk_gdn(q, k, v, g, beta, A_log=None, dt_bias=None, **kw):
-        rep = v.shape[2] // q.shape[2]
-        qe, ke = (_l2(x).repeat_interleave(rep, dim=2) for x in (q, k))
-        gate = naive_gdn_gate(g, A_log, dt_bias)
-        o, _ = naive_recurrent_gated_delta_rule(qe, ke, v.float(), beta.float().sigmoid(), gate)
-        return o.to(v.dtype), None
-
-    def conv_forward(self, x, *args, **kw):
-        w = self.weight
-        y = F.conv1d(x.transpose(1, 2), w, self.bias, padding=w.shape[-1] - 1, groups=x.shape[-1])[
-            ..., : x.shape[1]
-        ]
-        return F.silu(y).transpose(1, 2), None
-
-    def gated_norm_forward(self, x, g, *args, **kw):
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps) * self.weight.float()
-        act = torch.sigmoid(g.float()) if self.activation == "sigmoid" else F.silu(g.float())
-        return (y * act).to(x.dtype)
-
-    monkeypatch.setattr(kda_layer, "chunk_kda", chunk_kda)
-    monkeypatch.setattr(gdn_layer, "chunk_gated_delta_rule", chunk_gdn)
-    monkeypatch.setattr(gdn_layer.GatedDeltaNet, "_use_fused_qkv_conv", lambda self, **kw: False)
-    monkeypatch.setattr(ShortConvolution, "forward", conv_forward)
-    monkeypatch.setattr(FusedRMSNormGated, "forward", gated_norm_forward)
-    monkeypatch.setattr(mlp_mod, "swiglu", lambda a, b: F.silu(a) * b)
+    with on_cpu():
+        yield
 
 
 def _fla_model(m):

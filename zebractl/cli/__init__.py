@@ -11,6 +11,7 @@ import typer
 from zebractl import __version__
 from zebractl.cli import catalog as _catalog
 from zebractl.cli import config as _config
+from zebractl.cli import convert as _convert
 from zebractl.cli import pending as _pending
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
@@ -60,5 +61,7 @@ app.command("plan", epilog=EPILOG)(_plan.plan)
 app.command("prepare", epilog=EPILOG)(_prepare.prepare)
 app.command("train", epilog=EPILOG)(_train.train)
 app.command("warmup", epilog=EPILOG)(_warmup.warmup)
+app.command("convert", epilog=EPILOG)(_convert.convert)
+app.command("verify", epilog=EPILOG)(_convert.verify)
 app.add_typer(_schema.app, name="schema")
 _pending.register(app, EPILOG)

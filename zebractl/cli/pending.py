@@ -10,11 +10,9 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import EXIT_USAGE, JSON_HELP, complete_recipe, err
+from zebractl.cli._common import EXIT_USAGE, JSON_HELP, err
 
 _WHEN = {
-    "convert": "a later issue",
-    "verify": "a later issue",
     "eval": "a later issue",
     "compare": "a later issue",
 }
@@ -26,30 +24,6 @@ def _not_yet(command: str) -> None:
         "nothing was done"
     )
     raise typer.Exit(EXIT_USAGE)
-
-
-def convert(
-    source: Path = typer.Argument(..., help="Checkpoint to convert."),
-    destination: Path = typer.Argument(..., help="Output folder."),
-    to: str = typer.Option(None, "--to", help="Target format: hf or megatron."),
-    recipe: str = typer.Option(
-        None,
-        "--recipe",
-        help="Recipe the checkpoint was trained with.",
-        autocompletion=complete_recipe,
-    ),
-) -> None:
-    """Convert checkpoints between Megatron and Hugging Face/FLA formats."""
-    _not_yet("convert")
-
-
-def verify(
-    original: Path = typer.Argument(..., help="Source checkpoint."),
-    converted: Path = typer.Argument(..., help="Converted checkpoint."),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
-    """Check a conversion: structure, exact weights, logits on fixed tokens."""
-    _not_yet("verify")
 
 
 def eval_(
@@ -74,8 +48,6 @@ def compare(
 def register(app: typer.Typer, epilog: str) -> None:
     """Add the pending commands to the app."""
     for name, fn in (
-        ("convert", convert),
-        ("verify", verify),
         ("eval", eval_),
         ("compare", compare),
     ):

@@ -39,7 +39,8 @@ def train(
     init_from: Path = typer.Option(
         None,
         "--init-from",
-        help="Start from a checkpoint's weights with a fresh optimizer and schedule (finetune).",
+        help="Start from a checkpoint's weights (or a Hugging Face folder's: a zebractl export or "
+        "an FLA KDA/GDN checkpoint) with a fresh optimizer and schedule (finetune).",
     ),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),

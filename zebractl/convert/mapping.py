@@ -150,8 +150,12 @@ def _check_consumed(sd: dict[str, Any], used: set[str], side: str) -> None:
         raise MappingError(f"{side} tensors not covered by the mapping: {extra}")
 
 
-def to_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
-    """Our state dict (``_extra_state`` entries ignored) -> FLA HF state dict."""
+def to_fla(sd: dict[str, Tensor], m: ModelConfig, keep_padding: bool = False) -> dict[str, Tensor]:
+    """Our state dict (``_extra_state`` entries ignored) -> FLA HF state dict.
+
+    ``keep_padding``: keep the vocabulary's padding rows (the export then has
+    ``padded_vocab_size`` rows and computes exactly our softmax; see :func:`fla_config`)."""
+    rows = m.padded_vocab_size if keep_padding else m.vocab_size
     sd = {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
     out: dict[str, Tensor] = {}
     used: set[str] = set()
@@ -161,7 +165,7 @@ def to_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
         if isinstance(e, Rename):
             out[e.theirs.format(**ix)] = t
         elif isinstance(e, Vocab):
-            out[e.theirs.format(**ix)] = t[: m.vocab_size]
+            out[e.theirs.format(**ix)] = t[:rows]
         else:
             sizes = e.sizes(m)
             if sum(sizes) != t.shape[0]:
@@ -174,7 +178,10 @@ def to_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
 
 
 def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
-    """FLA HF state dict -> our state dict (tied ``lm_head.weight`` ignored when present)."""
+    """FLA HF state dict -> our state dict (tied ``lm_head.weight`` ignored when present).
+
+    Embedding-shaped tensors may have ``vocab_size`` rows (FLA's own checkpoints: the padding rows
+    are zero-filled) or ``padded_vocab_size`` rows (our exports: kept as they are)."""
     if m.tie_embeddings:
         sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
     out: dict[str, Tensor] = {}
@@ -185,6 +192,11 @@ def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
             out[ours] = _take(sd, e.theirs.format(**ix), used)
         elif isinstance(e, Vocab):
             t = _take(sd, e.theirs.format(**ix), used)
+            if t.shape[0] not in (m.vocab_size, m.padded_vocab_size):
+                raise MappingError(
+                    f"{e.theirs.format(**ix)}: {t.shape[0]} rows, expected {m.vocab_size} (or "
+                    f"{m.padded_vocab_size} with the padding rows)"
+                )
             pad = m.padded_vocab_size - t.shape[0]
             out[ours] = torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
         else:
@@ -198,8 +210,9 @@ def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
     return out
 
 
-def fla_config(m: ModelConfig) -> dict[str, Any]:
-    """The FLA config (``KDAConfig`` / ``GatedDeltaNetConfig`` kwargs) of a pure KDA/GDN model."""
+def fla_config(m: ModelConfig, keep_padding: bool = False) -> dict[str, Any]:
+    """The FLA config (``KDAConfig`` / ``GatedDeltaNetConfig`` kwargs) of a pure KDA/GDN model
+    (``keep_padding``: ``vocab_size`` counts the padding rows, as in :func:`to_fla`)."""
     fam = family(m)
     block = getattr(m, fam)
     d = m.linear_attention_dims(fam)  # type: ignore[arg-type]
@@ -216,7 +229,7 @@ def fla_config(m: ModelConfig) -> dict[str, Any]:
         "intermediate_size": m.ffn_hidden_size,
         "hidden_act": "swish",
         "norm_eps": m.norm.eps,
-        "vocab_size": m.vocab_size,
+        "vocab_size": m.padded_vocab_size if keep_padding else m.vocab_size,
         "tie_word_embeddings": m.tie_embeddings,
         "initializer_range": m.init_std,
         "max_position_embeddings": m.max_position_embeddings,

@@ -274,9 +274,15 @@ class Trainer:
                 f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
             )
         if self.init_from is not None:
-            done = ckpt.load_weights(self.init_from, self.model)
+            from zebractl.convert import hf
+
+            if hf.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
+                hf.load_hf_into(self.model, self.init_from, cfg.model)
+                where = self.init_from
+            else:
+                where = ckpt.load_weights(self.init_from, self.model).folder
             self.engine.reload_model_params()
-            self.console(f"initialised weights from {done.folder} (fresh optimizer and schedule)")
+            self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
 
     def _resume_newest_intact(self, root: Path) -> bool:
         """Load the newest checkpoint that verifies and loads on every rank; damaged ones are

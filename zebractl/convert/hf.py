@@ -1,0 +1,518 @@
+"""Export a zebractl checkpoint to a Hugging Face folder (FLA's classes for pure KDA / GDN models).
+
+``export_hf(SOURCE, OUTPUT)``: SOURCE is a run directory (its newest complete checkpoint, or
+``iteration``), its checkpoints folder or one checkpoint folder inside a run. The weights are read
+through megatron's sharded checkpoint loader into a CPU model (any data-parallel size the checkpoint
+was written with), mapped by the declarative tables of :mod:`zebractl.convert.mapping`, cast to the
+export dtype and written as ``model.safetensors`` (sharded with ``model.safetensors.index.json``
+above ``max_shard_bytes``), with FLA's ``config.json``, ``generation_config.json``, the tokenizer the
+data was prepared with (the dataset's ``tokenizer/``) and a model card. The folder is written under
+``OUTPUT.tmp`` and renamed into place at the end: a crash never leaves a folder that looks complete.
+
+Hybrids and pure Mamba2 have no FLA class; their ``zebra`` format (``zebractl.hf``) is not built yet
+and is refused (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zebractl.config.errors import ConfigError
+from zebractl.schemas.recipe import RunConfig
+
+Tensor = torch.Tensor
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+HF_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+SHARD_BYTES = 5 * 2**30
+"""Above this many bytes of tensors the export is sharded (Hugging Face's usual 5 GB)."""
+ZEBRACTL_KEY = "zebractl_model"
+"""config.json key of our exports holding the full model config (so an import needs no preset)."""
+FLA_CLASSES = {
+    "kda": ("KDAConfig", "KDAForCausalLM"),
+    "gdn": ("GatedDeltaNetConfig", "GatedDeltaNetForCausalLM"),
+}
+
+
+@dataclass
+class Source:
+    """A checkpoint of a zebractl run and the run's resolved config."""
+
+    run_root: Path
+    cfg: RunConfig
+    recipe: str
+    provenance: dict[str, str]
+    checkpoint: Any  # zebractl.run.checkpoint.Checkpoint
+
+    @property
+    def iteration(self) -> int:
+        return self.checkpoint.iteration
+
+
+def open_source(path: Path, iteration: int | None = None) -> Source:
+    """The run and checkpoint ``path`` names (see the module docstring)."""
+    from zebractl.run import checkpoint as ckpt
+    from zebractl.run.rundir import RunDir
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such run directory or checkpoint")
+    root = next(
+        (p for p in (path, path.parent, path.parent.parent) if (p / RunDir.CONFIG).is_file()), None
+    )
+    if root is None:
+        raise ConfigError(
+            f"{path}: no {RunDir.CONFIG} here or above it; pass the run directory (or a "
+            "checkpoint inside one) that `zebractl train` wrote"
+        )
+    record = RunDir(root).read_config()
+    try:
+        cfg = RunConfig.model_validate(record.config)
+    except Exception as exc:  # noqa: BLE001 - a damaged record is a usage error
+        raise ConfigError(f"{root / RunDir.CONFIG}: not a valid resolved config ({exc})") from None
+    if cfg.parallelism.tp != 1 or cfg.parallelism.pp != 1:
+        raise ConfigError(
+            f"{root}: trained with tensor/pipeline parallelism (tp {cfg.parallelism.tp}, pp "
+            f"{cfg.parallelism.pp}); convert supports tp = pp = 1, as training does"
+        )
+    run = RunDir.for_recipe(cfg, record.name, root)
+    if not run.checkpoints.is_absolute() and not run.checkpoints.exists():
+        run = RunDir(root)
+    if iteration is not None:
+        folder = ckpt.checkpoint_dir(run.checkpoints, iteration)
+        if not folder.is_dir():
+            have = [c.iteration for c in ckpt.complete(run.checkpoints)]
+            raise ConfigError(
+                f"{folder}: no checkpoint of iteration {iteration} (complete: {have})"
+            )
+        found = ckpt.find(folder)
+    elif path.resolve() == root.resolve():
+        found = ckpt.find(run.checkpoints)
+    else:
+        found = ckpt.find(path)
+    return Source(root, cfg, record.recipe, record.provenance, found)
+
+
+def load_state(src: Source) -> dict[str, Tensor]:
+    """The checkpoint's model weights (fp32, CPU), by our (megatron) names."""
+    from zebractl.model.model import build_model
+    from zebractl.run.checkpoint import load_weights
+    from zebractl.runtime.dist import ensure_initialized
+
+    ensure_initialized()
+    kernels = src.cfg.kernels.model_copy(update={"backend": "torch", "fp8_mlp": "off"})
+    model = build_model(src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed)
+    load_weights(src.checkpoint.folder, model)
+    return {k: v.detach() for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+
+
+def export_format(cfg: RunConfig, fmt: str) -> str:
+    """``fla`` for pure KDA / GDN (``auto`` or ``fla``); refuse what cannot be written yet."""
+    from zebractl.convert import mapping
+
+    try:
+        fam = mapping.family(cfg.model)
+    except mapping.MappingError:
+        fam = None
+    if fmt == "fla" and fam is None:
+        raise ConfigError(
+            f"--format fla: FLA has classes for pure KDA and pure GDN models only; this model's "
+            f"blocks are {sorted(set(cfg.model.blocks))}"
+        )
+    if fmt == "zebra" or fam is None:
+        raise ConfigError(
+            "the zebra format (zebractl.hf's ZebraForCausalLM, for hybrids and Mamba2) is not "
+            "available yet in this version; pure KDA and GDN models export to FLA's classes "
+            "(--format fla)"
+        )
+    return "fla"
+
+
+@dataclass
+class ExportResult:
+    output: Path
+    format: str
+    architecture: str
+    iteration: int
+    dtype: str
+    tensors: int
+    parameters: int
+    bytes: int
+    shards: list[str]
+    tokenizer: str | None
+    seconds: float
+    peak_rss_gib: float | None
+    files: list[str] = field(default_factory=list)
+
+
+def write_safetensors(tensors: dict[str, Tensor], folder: Path, max_shard_bytes: int) -> list[str]:
+    """``model.safetensors``, or shards + ``model.safetensors.index.json`` above the limit."""
+    from safetensors.torch import save_file
+
+    names = sorted(tensors)
+    total = sum(tensors[n].numel() * tensors[n].element_size() for n in names)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for n in names:
+        b = tensors[n].numel() * tensors[n].element_size()
+        if groups[-1] and size + b > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(n)
+        size += b
+    meta = {"format": "pt"}
+    if len(groups) == 1:
+        save_file({n: tensors[n].contiguous() for n in names}, folder / "model.safetensors", meta)
+        return ["model.safetensors"]
+    files = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    weight_map = {}
+    for file, group in zip(files, groups, strict=True):
+        save_file({n: tensors[n].contiguous() for n in group}, folder / file, meta)
+        weight_map |= dict.fromkeys(group, file)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return files
+
+
+def read_safetensors(folder: Path) -> dict[str, Tensor]:
+    """Every tensor of an exported folder (single file or sharded with an index)."""
+    from safetensors.torch import load_file
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{index}: not a safetensors index ({exc})") from None
+    elif (folder / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    else:
+        raise ConfigError(f"{folder}: no model.safetensors (or index) here")
+    out: dict[str, Tensor] = {}
+    for f in files:
+        try:
+            out |= load_file(folder / f)
+        except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input
+            raise ConfigError(f"{folder / f}: cannot be read as safetensors ({exc})") from None
+    return out
+
+
+def dataset_dir(cfg: RunConfig) -> Path | None:
+    """The first dataset folder of the run's data (None for raw prefixes)."""
+    if not cfg.data.paths:
+        return None
+    p = Path(cfg.data.paths[0].path)
+    return p if (p / "manifest.json").is_file() else None
+
+
+def _token_ids(tok_dir: Path) -> dict[str, int]:
+    """bos/eos ids of the dataset's tokenizer (those its config names)."""
+    out: dict[str, int] = {}
+    try:
+        conf = json.loads((tok_dir / "tokenizer_config.json").read_text())
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    except (OSError, ValueError, Exception):  # noqa: BLE001 - ids are optional facts
+        return out
+    for key in ("bos", "eos"):
+        t = conf.get(f"{key}_token")
+        t = t.get("content") if isinstance(t, dict) else t
+        if isinstance(t, str) and tok.token_to_id(t) is not None:
+            out[f"{key}_token_id"] = int(tok.token_to_id(t))
+    return out
+
+
+def _final_loss(run_root: Path, iteration: int) -> float | None:
+    path = run_root / "metrics.jsonl"
+    loss = None
+    try:
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("kind", "train") == "train" and r.get("iteration", 0) <= iteration:
+                loss = r.get("loss", loss)
+    except OSError:
+        return None
+    return loss
+
+
+def _peak_rss_gib() -> float | None:
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    except (ImportError, OSError):
+        return None
+
+
+def model_card(src: Source, res: ExportResult, fla_class: str) -> str:
+    m = src.cfg.model
+    tokens = src.checkpoint.marker.consumed_samples * src.cfg.data.seq_length
+    loss = _final_loss(src.run_root, src.iteration)
+    prov = "\n".join(
+        f"| `{k}` | {v} |" for k, v in sorted(src.provenance.items()) if v != "default"
+    )
+    return f"""---
+library_name: transformers
+tags: [zebractl, flash-linear-attention, {res.architecture}]
+---
+# {src.recipe} — iteration {src.iteration}
+
+{m.description or res.architecture}, exported by zebractl from `{src.checkpoint.folder}`.
+
+| | |
+|---|---|
+| architecture | FLA `{fla_class}` ({m.num_blocks} blocks, hidden {m.hidden_size}) |
+| parameters | {res.parameters:,} |
+| dtype | {res.dtype} |
+| iteration | {src.iteration} |
+| tokens seen | {tokens:,} |
+| final training loss | {"n/a" if loss is None else f"{loss:.4f}"} |
+| tokenizer | {res.tokenizer or "not exported (the run's data had none)"} |
+
+## Load
+
+```python
+import fla  # registers FLA's model classes with transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+model = AutoModelForCausalLM.from_pretrained("{res.output.name}")
+tokenizer = AutoTokenizer.from_pretrained("{res.output.name}")
+```
+
+FLA's kernels need a CUDA GPU; `zebractl verify` checks this folder against the checkpoint.
+
+## Recipe (values not at their defaults, with where they were set)
+
+| key | source |
+|---|---|
+{prov}
+"""
+
+
+def export_hf(
+    source: Path,
+    output: Path,
+    *,
+    iteration: int | None = None,
+    dtype: str = "bf16",
+    fmt: str = "auto",
+    max_shard_bytes: int = SHARD_BYTES,
+    console: Callable[[str], None] = print,
+) -> ExportResult:
+    """Write the Hugging Face folder of a checkpoint (see the module docstring)."""
+    from zebractl.convert import mapping
+
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ConfigError(f"{output}: exists and is not an empty folder; choose a new output")
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype {dtype}: expected one of {', '.join(DTYPES)}")
+    t0 = time.perf_counter()
+    src = open_source(source, iteration)
+    fmt = export_format(src.cfg, fmt)
+    m = src.cfg.model
+    fam = mapping.family(m)
+    console(f"reading {src.checkpoint.folder} (iteration {src.iteration})")
+    # the vocabulary's padding rows are kept: the export computes exactly the trained softmax
+    theirs = mapping.to_fla(load_state(src), m, keep_padding=True)
+    dt = DTYPES[dtype]
+    theirs = {k: v.to(dt).contiguous() for k, v in theirs.items()}
+
+    tmp = output.with_name(output.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shards = write_safetensors(theirs, tmp, max_shard_bytes)
+
+    import fla.models as fm
+    from transformers import GenerationConfig
+
+    config_cls, model_cls = FLA_CLASSES[fam]
+    tok_dir = (dataset_dir(src.cfg) or Path("/nonexistent")) / "tokenizer"
+    ids = _token_ids(tok_dir) if tok_dir.is_dir() else {}
+    config = getattr(fm, config_cls)(
+        **mapping.fla_config(m, keep_padding=True),
+        **ids,
+        **{ZEBRACTL_KEY: m.model_dump(mode="json")},
+    )
+    config.architectures = [model_cls]
+    config.dtype = HF_DTYPE_NAMES[dt]
+    config.save_pretrained(tmp)
+    GenerationConfig.from_model_config(config).save_pretrained(tmp)
+    tokenizer = None
+    if tok_dir.is_dir():
+        for f in tok_dir.iterdir():
+            if f.is_file():
+                shutil.copy2(f, tmp / f.name)
+        tokenizer = str(tok_dir)
+    res = ExportResult(
+        output=output,
+        format=fmt,
+        architecture=fam,
+        iteration=src.iteration,
+        dtype=dtype,
+        tensors=len(theirs),
+        parameters=sum(v.numel() for v in theirs.values()),
+        bytes=sum(v.numel() * v.element_size() for v in theirs.values()),
+        shards=shards,
+        tokenizer=tokenizer,
+        seconds=0.0,
+        peak_rss_gib=None,
+    )
+    (tmp / "README.md").write_text(model_card(src, res, model_cls))
+    if output.exists():
+        output.rmdir()  # empty (checked above)
+    tmp.rename(output)
+    res.files = sorted(p.name for p in output.iterdir())
+    res.seconds = time.perf_counter() - t0
+    res.peak_rss_gib = _peak_rss_gib()
+    return res
+
+
+# ---- import: a Hugging Face folder (ours or FLA's) -> our weights ----------------------------------
+
+
+def is_hf_folder(path: Path) -> bool:
+    """A folder with ``config.json`` and safetensors weights."""
+    p = Path(path)
+    return (p / "config.json").is_file() and (
+        (p / "model.safetensors").is_file() or (p / "model.safetensors.index.json").is_file()
+    )
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return config
+
+
+def check_fits(folder: Path, m: Any) -> None:
+    """Refuse (exit 2) a folder whose FLA config is not this model's, naming every difference."""
+    from zebractl.convert import mapping
+    from zebractl.convert.verify import _config_problems
+
+    config = _read_config(folder)
+    try:  # FLA's own checkpoints have the tokenizer's rows, ours keep the padding rows too
+        expected = mapping.fla_config(m, config.get("vocab_size") == m.padded_vocab_size)
+    except mapping.MappingError as exc:
+        raise ConfigError(f"{folder}: {exc}") from None
+    want = {"kda": "kda", "gdn": "gated_deltanet"}[mapping.family(m)]
+    problems = (
+        []
+        if config.get("model_type") == want
+        else [f"model_type is {config.get('model_type')!r}, this model needs {want!r}"]
+    )
+    problems += _config_problems(config, expected)
+    if problems:
+        raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems))
+
+
+def hf_model_config(folder: Path, preset: str | None = None) -> Any:
+    """The model of an HF folder: the config our exports embed, else ``preset`` (checked)."""
+    from zebractl.config.resolve import resolve_preset
+    from zebractl.schemas.preset import ModelConfig
+
+    config = _read_config(folder)
+    if preset is not None:
+        m = resolve_preset(preset).config
+    elif isinstance(config.get(ZEBRACTL_KEY), dict):
+        try:
+            m = ModelConfig.model_validate(config[ZEBRACTL_KEY])
+        except Exception as exc:  # noqa: BLE001 - a damaged embedded config is the user's input
+            raise ConfigError(
+                f"{folder}/config.json: {ZEBRACTL_KEY} is not a valid model ({exc})"
+            ) from None
+    else:
+        raise ConfigError(
+            f"{folder} was not exported by zebractl: name its architecture with --preset NAME "
+            "(checked against the folder's config.json)"
+        )
+    check_fits(folder, m)
+    return m
+
+
+def load_hf_state(folder: Path, m: Any) -> dict[str, Tensor]:
+    """An HF folder's weights by our names (padding rows of the vocabulary zero-filled)."""
+    from zebractl.convert import mapping
+
+    try:
+        return mapping.from_fla(read_safetensors(Path(folder)), m)
+    except mapping.MappingError as exc:
+        raise ConfigError(f"{folder}: {exc}") from None
+
+
+def load_hf_into(model: Any, folder: Path, m: Any) -> None:
+    """``--init-from HF_FOLDER``: put an HF folder's weights into a built model (checked first)."""
+    from zebractl.run.checkpoint import load_model_state
+
+    check_fits(folder, m)
+    sd = load_hf_state(folder, m)
+    own = model.state_dict()
+    load_model_state(
+        model,
+        {k: v.to(own[k].dtype) for k, v in sd.items() if k in own}
+        | {k: v for k, v in sd.items() if k not in own},
+    )
+
+
+@dataclass
+class ImportResult:
+    output: Path
+    checkpoint: Path
+    architecture: str
+    tensors: int
+    parameters: int
+    seconds: float
+
+
+def import_hf(
+    folder: Path, output: Path, *, preset: str | None = None, console: Callable[[str], None] = print
+) -> ImportResult:
+    """Write an HF folder (ours or FLA's) as a zebractl checkpoint folder for ``--init-from``:
+    ``OUTPUT/iter_0000000`` (megatron torch_dist, weights only, with its marker)."""
+    from zebractl import __version__
+    from zebractl.convert import mapping
+    from zebractl.model.model import build_model
+    from zebractl.run import checkpoint as ckpt
+    from zebractl.run.records import CheckpointMarker
+    from zebractl.runtime.dist import ensure_initialized
+
+    t0 = time.perf_counter()
+    folder, output = Path(folder), Path(output)
+    if not is_hf_folder(folder):
+        raise ConfigError(f"{folder}: not a Hugging Face folder (config.json + safetensors)")
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ConfigError(f"{output}: exists and is not an empty folder; choose a new output")
+    m = hf_model_config(folder, preset)
+    sd = load_hf_state(folder, m)
+    ensure_initialized()
+    model = build_model(m, kernels=None, device="cpu")
+    ckpt.load_model_state(model, sd)
+    console(f"writing {output} ({mapping.family(m)}, {len(sd)} tensors)")
+    marker = CheckpointMarker(iteration=0, consumed_samples=0, zebractl_version=__version__)
+    state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
+    final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
+    return ImportResult(
+        output=output,
+        checkpoint=final,
+        architecture=mapping.family(m),
+        tensors=len(sd),
+        parameters=sum(v.numel() for v in sd.values()),
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,233 @@
+"""``zebractl verify SOURCE CONVERTED``: is an export the checkpoint, tier by tier?
+
+1. **structure**: every tensor the mapping produces is in the export exactly once with its shape, all
+   in one dtype, nothing else; and ``config.json`` carries the model's values (a changed ``norm_eps``
+   fails here).
+2. **weights**: each exported tensor equals the checkpoint's, mapped and cast to the export dtype,
+   bitwise; mapping the export back gives the checkpoint's tensors (cast) bitwise.
+3. **logits**: on real text (the run's dataset), our model on the export's weights against the
+   exported class loaded with ``from_pretrained``, fp32 on CPU (FLA's pure-PyTorch references):
+   max |difference| / max |logit| at most :data:`LOGITS_RTOL_FP32`.
+4. **generation**: greedy decoding of ``gen_tokens`` tokens from a prompt of the same text agrees.
+
+The first failing tier ends the check (later tiers are reported as not run).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from zebractl.config.errors import ConfigError
+
+LOGITS_RTOL_FP32 = 1e-5
+"""Tier 3 on CPU in fp32: max |ours - theirs| / max |theirs|."""
+TIERS = ("structure", "weights", "logits", "generation")
+
+
+@dataclass
+class Tier:
+    name: str
+    status: str  # "pass" | "fail" | "not run"
+    detail: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _fail(name: str, problems: list[str], **metrics: Any) -> Tier:
+    shown = "; ".join(problems[:5]) + (
+        f"; ... {len(problems) - 5} more" if len(problems) > 5 else ""
+    )
+    return Tier(name, "fail", shown, metrics)
+
+
+def _config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    out = []
+    for k, v in expected.items():
+        if k not in config:
+            out.append(f"config.json has no {k}")
+            continue
+        got = config[k]
+        same = (
+            math.isclose(float(got), float(v), rel_tol=1e-12, abs_tol=0.0)
+            if isinstance(v, float) and isinstance(got, int | float)
+            else got == v
+        )
+        if not same:
+            out.append(f"config.json {k} is {got!r}, the model's is {v!r}")
+    return out
+
+
+def _tokens(cfg: Any, n: int) -> torch.Tensor:
+    """The first ``n`` tokens of the run's training data (real text)."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from zebractl.train.data import resolve_data
+
+    spec = resolve_data(cfg)
+    if not spec.train:
+        raise ConfigError("verify needs the run's dataset for real text; it has no train shards")
+    out: list[int] = []
+    for shard in spec.train:
+        ds = IndexedDataset(shard.prefix)
+        for i in range(len(ds)):
+            out += [int(t) for t in ds[i]]
+            if len(out) >= n:
+                return torch.tensor(out[:n], dtype=torch.long)[None]
+    if len(out) < 2:
+        raise ConfigError("verify: the run's dataset holds fewer than 2 tokens")
+    return torch.tensor(out, dtype=torch.long)[None]
+
+
+def _greedy_ours(model: Any, prompt: torch.Tensor, n: int, vocab: int) -> list[int]:
+    ids = prompt
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = model(ids)[:, -1, :vocab].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+    return ids[0, prompt.shape[1] :].tolist()
+
+
+def verify(
+    source: Path,
+    converted: Path,
+    *,
+    tokens: int = 128,
+    gen_tokens: int = 32,
+    console: Callable[[str], None] = print,
+) -> tuple[Any, list[Tier]]:
+    """Run the tiers; returns the source and one :class:`Tier` per tier."""
+    import json
+
+    from zebractl.convert import mapping
+    from zebractl.convert.hf import DTYPES, load_state, open_source, read_safetensors
+
+    if tokens < 2 or gen_tokens < 1:
+        raise ConfigError("--tokens must be at least 2 and the generation length at least 1")
+    converted = Path(converted)
+    if not (converted / "config.json").is_file():
+        raise ConfigError(f"{converted}: no config.json (not a Hugging Face folder)")
+    try:
+        config = json.loads((converted / "config.json").read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{converted / 'config.json'}: not JSON ({exc})") from None
+    src = open_source(source)
+    m = src.cfg.model
+    try:
+        fam = mapping.family(m)
+    except mapping.MappingError as exc:
+        raise ConfigError(f"verify: {exc}") from None
+    theirs = read_safetensors(converted)
+    ours = load_state(src)
+    expected = mapping.to_fla(ours, m, keep_padding=True)
+    tiers: list[Tier] = []
+
+    # ---- 1. structure
+    problems = [f"missing {k}" for k in sorted(set(expected) - set(theirs))]
+    problems += [f"unexpected {k}" for k in sorted(set(theirs) - set(expected))]
+    problems += [
+        f"{k}: shape {list(theirs[k].shape)}, expected {list(v.shape)}"
+        for k, v in expected.items()
+        if k in theirs and theirs[k].shape != v.shape
+    ]
+    dtypes = {str(v.dtype) for v in theirs.values()}
+    if len(dtypes) > 1:
+        problems.append(f"mixed dtypes {sorted(dtypes)}")
+    want_type = {"kda": "kda", "gdn": "gated_deltanet"}[fam]
+    if config.get("model_type") != want_type:
+        problems.append(
+            f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
+        )
+    problems += _config_problems(config, mapping.fla_config(m, keep_padding=True))
+    tiers.append(
+        _fail("structure", problems)
+        if problems
+        else Tier(
+            "structure", "pass", f"{len(theirs)} tensors, {dtypes.pop()}", {"tensors": len(theirs)}
+        )
+    )
+    dt = next(iter(theirs.values())).dtype if theirs else torch.float32
+    if dt not in DTYPES.values() and tiers[-1].status == "pass":
+        tiers[-1] = _fail("structure", [f"dtype {dt} is not an export dtype"])
+
+    # ---- 2. weights
+    if tiers[-1].status == "pass":
+        diff = [k for k, v in expected.items() if not torch.equal(theirs[k], v.to(dt))]
+        back = mapping.from_fla(theirs, m)
+        for k, v in ours.items():
+            if not torch.equal(back[k], v.to(dt)):
+                diff.append(f"{k} (round trip)")
+        tiers.append(
+            _fail("weights", [f"{k} differs" for k in diff], differing=len(diff))
+            if diff
+            else Tier(
+                "weights", "pass", f"bitwise in {str(dt).removeprefix('torch.')}, both directions"
+            )
+        )
+
+    # ---- 3. logits, 4. generation
+    if tiers[-1].status == "pass":
+        from zebractl.convert.fla_reference import on_cpu
+        from zebractl.model.model import build_model
+
+        ids = _tokens(src.cfg, tokens)
+        kernels = src.cfg.kernels.model_copy(update={"backend": "torch", "fp8_mlp": "off"})
+        model = build_model(m, kernels=kernels, device="cpu").eval()
+        model.load_state_dict(
+            {k: v.float() for k, v in mapping.from_fla(theirs, m).items()}, strict=False
+        )
+        import fla  # noqa: F401 - registers FLA's classes with the auto classes
+        from transformers import AutoModelForCausalLM
+
+        try:
+            hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
+        except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3
+            hf = None
+            tiers.append(_fail("logits", [f"from_pretrained failed: {exc}"]))
+        if hf is not None:
+            with torch.no_grad(), on_cpu():
+                a = model(ids).float()
+                b = hf(input_ids=ids).logits.float()
+            rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+            metrics = {"max_rel_err": rel, "tolerance": LOGITS_RTOL_FP32, "tokens": ids.shape[1]}
+            tiers.append(
+                Tier("logits", "pass", f"max rel err {rel:.2e} on {ids.shape[1]} tokens", metrics)
+                if rel <= LOGITS_RTOL_FP32
+                else _fail("logits", [f"max rel err {rel:.2e} > {LOGITS_RTOL_FP32:.0e}"], **metrics)
+            )
+        if tiers[-1].status == "pass":
+            prompt = ids[:, : max(1, min(16, ids.shape[1] - 1))]
+            mine = _greedy_ours(model, prompt, gen_tokens, m.padded_vocab_size)
+            with torch.no_grad(), on_cpu(), warnings.catch_warnings():
+                # FLA 0.6.0's prepare_inputs_for_generation uses a keyword transformers deprecates
+                warnings.simplefilter("ignore", FutureWarning)
+                out = hf.generate(
+                    prompt,
+                    max_new_tokens=gen_tokens,
+                    do_sample=False,
+                    use_cache=False,
+                    min_new_tokens=gen_tokens,
+                    pad_token_id=0,
+                )
+            theirs_gen = out[0, prompt.shape[1] :].tolist()
+            agree = sum(1 for x, y in zip(mine, theirs_gen, strict=False) if x == y)
+            metrics = {"tokens": gen_tokens, "agreeing": agree}
+            tiers.append(
+                Tier("generation", "pass", f"{gen_tokens} greedy tokens agree", metrics)
+                if mine == theirs_gen
+                else _fail(
+                    "generation",
+                    [
+                        f"greedy tokens differ from position {next(i for i, (x, y) in enumerate(zip(mine, theirs_gen + [None] * len(mine), strict=False)) if x != y)}"
+                    ],
+                    **metrics,
+                )
+            )
+    done = {t.name for t in tiers}
+    tiers += [Tier(n, "not run", "an earlier tier failed") for n in TIERS if n not in done]
+    return src, tiers
