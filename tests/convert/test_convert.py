@@ -126,7 +126,7 @@ def test_convert_refuses_what_it_cannot_do(cli, trained, tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     cases = {
-        ("--to", "megatron"): "not a Hugging Face folder",
+        ("--to", "megatron"): "not a Hugging Face folder (no config.json",
         ("--to", "onnx"): "expected hf or megatron",
         ("--dtype", "fp16"): "--dtype fp16",
         ("--iteration", "7"): "no checkpoint of iteration 7",
@@ -187,3 +187,33 @@ def test_import_refuses_a_folder_that_does_not_fit(cli, fast, trained, tmp_path)
         str(tmp_path / "wrong"),
     )
     assert r.exit_code == 2 and "does not fit the model" in r.stderr, r.output
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_json", "bad_index", "no_weights"])
+def test_verify_names_a_damaged_file_with_exit_2(cli, trained, tmp_path, damage):
+    """Files damaged after the fact are input errors (exit 2, naming the file), never tracebacks."""
+    from zebractl.convert.hf import export_hf
+
+    run = trained("tiny_kda")
+    out = tmp_path / "hf"
+    export_hf(run, out, dtype="fp32", console=lambda s: None)
+    weights = out / "model.safetensors"
+    if damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:1000])
+        name = "model.safetensors"
+    elif damage == "not_json":
+        (out / "config.json").write_text("{not json")
+        name = "config.json"
+    elif damage == "bad_index":
+        (out / "model.safetensors.index.json").write_text("[]")
+        name = "model.safetensors.index.json"
+    else:
+        weights.unlink()
+        name = "model.safetensors"  # "no model.safetensors" / "not a Hugging Face folder (... safetensors)"
+    for argv in (
+        ["verify", str(run), str(out)],
+        ["convert", str(out), str(tmp_path / "m"), "--to", "megatron"],
+    ):
+        r = cli(*argv)
+        assert r.exit_code == 2, (argv, r.output)
+        assert name in r.stderr and "Traceback" not in r.output, r.output

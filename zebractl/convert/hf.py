@@ -496,7 +496,11 @@ def import_hf(
     t0 = time.perf_counter()
     folder, output = Path(folder), Path(output)
     if not is_hf_folder(folder):
-        raise ConfigError(f"{folder}: not a Hugging Face folder (config.json + safetensors)")
+        what = "config.json" if not (folder / "config.json").is_file() else "model.safetensors"
+        raise ConfigError(
+            f"{folder}: not a Hugging Face folder (no {what}; expected config.json and "
+            "model.safetensors or model.safetensors.index.json)"
+        )
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ConfigError(f"{output}: exists and is not an empty folder; choose a new output")
     m = hf_model_config(folder, preset)
