@@ -217,3 +217,19 @@ def test_verify_names_a_damaged_file_with_exit_2(cli, trained, tmp_path, damage)
         r = cli(*argv)
         assert r.exit_code == 2, (argv, r.output)
         assert name in r.stderr and "Traceback" not in r.output, r.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
+def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
+    """The GPU tier: a bf16 export, our model and FLA's class on their CUDA kernels (tolerance
+    2e-2 relative on the logits)."""
+    from zebractl.convert.hf import export_hf
+    from zebractl.convert.verify import verify
+
+    run = trained(recipe)
+    export_hf(run, tmp_path / "hf", dtype="bf16", console=lambda s: None)
+    _, tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None)
+    print({t.name: (t.status, t.detail) for t in tiers})
+    assert [t.status for t in tiers[:3]] == ["pass"] * 3, tiers

@@ -116,6 +116,9 @@ def verify(
     source: Path = typer.Argument(..., help="The run directory or checkpoint that was converted."),
     converted: Path = typer.Argument(..., help="The Hugging Face folder `zebractl convert` wrote."),
     tokens: int = typer.Option(128, "--tokens", help="Tokens of real text for the logits tier."),
+    device: str = typer.Option(
+        "auto", "--device", help="auto | cpu (fp32, tolerance 1e-5) | cuda (bf16, tolerance 2e-2)."
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Check a conversion tier by tier: structure, weights (bitwise), logits, greedy generation.
@@ -130,7 +133,7 @@ def verify(
     from zebractl.convert.verify import verify as run
 
     say = err if json_out else print
-    src, tiers = run(source, converted, tokens=tokens, console=say)
+    src, tiers = run(source, converted, tokens=tokens, device=device, console=say)
     for t in tiers:
         say(f"{t.name:<11} {t.status:<8} {t.detail}")
     failed = next((t for t in tiers if t.status == "fail"), None)

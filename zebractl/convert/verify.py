@@ -6,8 +6,9 @@
 2. **weights**: each exported tensor equals the checkpoint's, mapped and cast to the export dtype,
    bitwise; mapping the export back gives the checkpoint's tensors (cast) bitwise.
 3. **logits**: on real text (the run's dataset), our model on the export's weights against the
-   exported class loaded with ``from_pretrained``, fp32 on CPU (FLA's pure-PyTorch references):
-   max |difference| / max |logit| at most :data:`LOGITS_RTOL_FP32`.
+   exported class loaded with ``from_pretrained``: fp32 on CPU (FLA's pure-PyTorch references), max
+   |difference| / max |logit| at most :data:`LOGITS_RTOL_FP32`; or (``device="cuda"``) bf16 on
+   the GPU with both models on their kernels, at most :data:`LOGITS_RTOL_BF16`.
 4. **generation**: greedy decoding of ``gen_tokens`` tokens from a prompt of the same text agrees.
 
 The first failing tier ends the check (later tiers are reported as not run).
@@ -28,6 +29,8 @@ from zebractl.config.errors import ConfigError
 
 LOGITS_RTOL_FP32 = 1e-5
 """Tier 3 on CPU in fp32: max |ours - theirs| / max |theirs|."""
+LOGITS_RTOL_BF16 = 2e-2
+"""Tier 3 on a CUDA GPU in bf16 (both models on their GPU kernels)."""
 TIERS = ("structure", "weights", "logits", "generation")
 
 
@@ -99,6 +102,7 @@ def verify(
     *,
     tokens: int = 128,
     gen_tokens: int = 32,
+    device: str = "auto",
     console: Callable[[str], None] = print,
 ) -> tuple[Any, list[Tier]]:
     """Run the tiers; returns the source and one :class:`Tier` per tier."""
@@ -107,6 +111,10 @@ def verify(
     from zebractl.convert import mapping
     from zebractl.convert.hf import DTYPES, load_state, open_source, read_safetensors
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+        raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
     if tokens < 2 or gen_tokens < 1:
         raise ConfigError("--tokens must be at least 2 and the generation length at least 1")
     converted = Path(converted)
@@ -172,38 +180,57 @@ def verify(
 
     # ---- 3. logits, 4. generation
     if tiers[-1].status == "pass":
+        import contextlib
+
         from zebractl.convert.fla_reference import on_cpu
         from zebractl.model.model import build_model
 
-        ids = _tokens(src.cfg, tokens)
-        kernels = src.cfg.kernels.model_copy(update={"backend": "torch", "fp8_mlp": "off"})
-        model = build_model(m, kernels=kernels, device="cpu").eval()
+        gpu = device == "cuda"
+        dtype, tol = (
+            (torch.bfloat16, LOGITS_RTOL_BF16) if gpu else (torch.float32, LOGITS_RTOL_FP32)
+        )
+        ids = _tokens(src.cfg, tokens).to(device)
+        backend = "auto" if gpu else "torch"
+        kernels = src.cfg.kernels.model_copy(update={"backend": backend, "fp8_mlp": "off"})
+        model = build_model(m, kernels=kernels, device=device, params_dtype=dtype).eval()
         model.load_state_dict(
-            {k: v.float() for k, v in mapping.from_fla(theirs, m).items()}, strict=False
+            {k: v.to(dtype) for k, v in mapping.from_fla(theirs, m).items()}, strict=False
         )
         import fla  # noqa: F401 - registers FLA's classes with the auto classes
         from transformers import AutoModelForCausalLM
 
+        reference = contextlib.nullcontext if gpu else on_cpu
         try:
-            hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
+            hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype).to(device).eval()
         except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3
             hf = None
             tiers.append(_fail("logits", [f"from_pretrained failed: {exc}"]))
         if hf is not None:
-            with torch.no_grad(), on_cpu():
+            with torch.no_grad(), reference():
                 a = model(ids).float()
                 b = hf(input_ids=ids).logits.float()
             rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-            metrics = {"max_rel_err": rel, "tolerance": LOGITS_RTOL_FP32, "tokens": ids.shape[1]}
+            metrics = {
+                "max_rel_err": rel,
+                "tolerance": tol,
+                "tokens": ids.shape[1],
+                "device": device,
+                "dtype": str(dtype).removeprefix("torch."),
+            }
             tiers.append(
-                Tier("logits", "pass", f"max rel err {rel:.2e} on {ids.shape[1]} tokens", metrics)
-                if rel <= LOGITS_RTOL_FP32
-                else _fail("logits", [f"max rel err {rel:.2e} > {LOGITS_RTOL_FP32:.0e}"], **metrics)
+                Tier(
+                    "logits",
+                    "pass",
+                    f"max rel err {rel:.2e} on {ids.shape[1]} tokens ({device})",
+                    metrics,
+                )
+                if rel <= tol
+                else _fail("logits", [f"max rel err {rel:.2e} > {tol:.0e} ({device})"], **metrics)
             )
         if tiers[-1].status == "pass":
             prompt = ids[:, : max(1, min(16, ids.shape[1] - 1))]
             mine = _greedy_ours(model, prompt, gen_tokens, m.padded_vocab_size)
-            with torch.no_grad(), on_cpu(), warnings.catch_warnings():
+            with torch.no_grad(), reference(), warnings.catch_warnings():
                 # FLA 0.6.0's prepare_inputs_for_generation uses a keyword transformers deprecates
                 warnings.simplefilter("ignore", FutureWarning)
                 out = hf.generate(
