@@ -109,9 +109,19 @@ def load_state(src: Source) -> dict[str, Tensor]:
 
     ensure_initialized()
     kernels = src.cfg.kernels.model_copy(update={"backend": "torch", "fp8_mlp": "off"})
-    model = build_model(src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed)
+    # the model as the engine held it: the megatron engine's bf16 params (fp32 mains live in the
+    # optimizer state), the torch_fused engine's fp32 params
+    bf16 = src.checkpoint.marker.optimizer_impl == "megatron" and src.cfg.precision == "bf16"
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    model = build_model(
+        src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed, params_dtype=dtype
+    )
     load_weights(src.checkpoint.folder, model)
-    return {k: v.detach() for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+    return {
+        k: v.detach().float()
+        for k, v in model.state_dict().items()
+        if not k.endswith("_extra_state")
+    }
 
 
 def export_format(cfg: RunConfig, fmt: str) -> str:
