@@ -415,7 +415,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
 def check_fits(folder: Path, m: Any) -> None:
     """Refuse (exit 2) a folder whose FLA config is not this model's, naming every difference."""
     from zebractl.convert import mapping
-    from zebractl.convert.verify import _config_problems
+    from zebractl.convert.verify import config_problems
 
     config = _read_config(folder)
     try:  # FLA's own checkpoints have the tokenizer's rows, ours keep the padding rows too
@@ -428,7 +428,7 @@ def check_fits(folder: Path, m: Any) -> None:
         if config.get("model_type") == want
         else [f"model_type is {config.get('model_type')!r}, this model needs {want!r}"]
     )
-    problems += _config_problems(config, expected)
+    problems += config_problems(config, expected)
     if problems:
         raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems))
 

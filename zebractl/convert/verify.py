@@ -49,7 +49,7 @@ def _fail(name: str, problems: list[str], **metrics: Any) -> Tier:
     return Tier(name, "fail", shown, metrics)
 
 
-def _config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+def config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[str]:
     out = []
     for k, v in expected.items():
         if k not in config:
@@ -151,7 +151,7 @@ def verify(
         problems.append(
             f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
         )
-    problems += _config_problems(config, mapping.fla_config(m, keep_padding=True))
+    problems += config_problems(config, mapping.fla_config(m, keep_padding=True))
     tiers.append(
         _fail("structure", problems)
         if problems
