@@ -16,6 +16,8 @@ import pytest
 pytest.importorskip("fla.models")
 pytest.importorskip("megatron.core")
 
+from zebractl.runtime.dist import scoped  # noqa: E402
+
 STEPS = ["schedule.iterations=3", "checkpoint.interval=3"]
 
 
@@ -30,7 +32,8 @@ def trained(tmp_path_factory, fast):
     def get(recipe: str):
         if recipe not in _RUNS:
             out = tmp_path_factory.mktemp(recipe)
-            fast.train(recipe, out, *STEPS)
+            with scoped():  # the in-process Trainer's process group goes with it
+                fast.train(recipe, out, *STEPS)
             _RUNS[recipe] = out
         return _RUNS[recipe]
 
@@ -54,6 +57,9 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe):
     } <= set(report["files"])
     v = cli("verify", str(run), str(out), "--json")
     assert v.exit_code == 0, v.output
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # convert and verify leave no process group behind
     doc = json.loads(v.stdout)
     assert doc["ok"] and [t["status"] for t in doc["tiers"]] == ["pass"] * 4
     assert doc["tiers"][2]["metrics"]["max_rel_err"] <= 1e-5
@@ -159,7 +165,8 @@ def test_import_back_and_init_from_give_the_first_loss_of_the_original(
     first = {}
     for name, source in (("original", run), ("imported", imported), ("hf", hf_dir)):
         out = tmp_path / f"again_{name}"
-        fast.train(recipe, out, "schedule.iterations=2", init_from=source)
+        with scoped():
+            fast.train(recipe, out, "schedule.iterations=2", init_from=source)
         first[name] = fast.losses(out)[1]
     assert first["imported"] == first["original"] == first["hf"], first
 
@@ -177,15 +184,16 @@ def test_import_refuses_a_folder_that_does_not_fit(cli, fast, trained, tmp_path)
     assert r.exit_code == 2 and "--preset NAME" in r.stderr, r.output
     r = cli("convert", str(hf_dir), str(tmp_path / "o"), "--to", "megatron", "--preset", "tiny_kda")
     assert r.exit_code == 0, r.output
-    r = cli(
-        "train",
-        "tiny_gdn",
-        *fast.args("schedule.iterations=2"),
-        "--init-from",
-        str(hf_dir),
-        "--output",
-        str(tmp_path / "wrong"),
-    )
+    with scoped():  # the in-process Trainer's process group goes with it
+        r = cli(
+            "train",
+            "tiny_gdn",
+            *fast.args("schedule.iterations=2"),
+            "--init-from",
+            str(hf_dir),
+            "--output",
+            str(tmp_path / "wrong"),
+        )
     assert r.exit_code == 2 and "does not fit the model" in r.stderr, r.output
 
 

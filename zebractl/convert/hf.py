@@ -105,18 +105,18 @@ def load_state(src: Source) -> dict[str, Tensor]:
     """The checkpoint's model weights (fp32, CPU), by our (megatron) names."""
     from zebractl.model.model import build_model
     from zebractl.run.checkpoint import load_weights
-    from zebractl.runtime.dist import ensure_initialized
+    from zebractl.runtime import dist
 
-    ensure_initialized()
     kernels = src.cfg.kernels.model_copy(update={"backend": "torch", "fp8_mlp": "off"})
     # the model as the engine held it: the megatron engine's bf16 params (fp32 mains live in the
     # optimizer state), the torch_fused engine's fp32 params
     bf16 = src.checkpoint.marker.optimizer_impl == "megatron" and src.cfg.precision == "bf16"
     dtype = torch.bfloat16 if bf16 else torch.float32
-    model = build_model(
-        src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed, params_dtype=dtype
-    )
-    load_weights(src.checkpoint.folder, model)
+    with dist.scoped():  # megatron's loader needs a process group; none is left behind
+        model = build_model(
+            src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed, params_dtype=dtype
+        )
+        load_weights(src.checkpoint.folder, model)
     return {
         k: v.detach().float()
         for k, v in model.state_dict().items()
@@ -501,7 +501,7 @@ def import_hf(
     from zebractl.model.model import build_model
     from zebractl.run import checkpoint as ckpt
     from zebractl.run.records import CheckpointMarker
-    from zebractl.runtime.dist import ensure_initialized
+    from zebractl.runtime import dist
 
     t0 = time.perf_counter()
     folder, output = Path(folder), Path(output)
@@ -515,13 +515,13 @@ def import_hf(
         raise ConfigError(f"{output}: exists and is not an empty folder; choose a new output")
     m = hf_model_config(folder, preset)
     sd = load_hf_state(folder, m)
-    ensure_initialized()
-    model = build_model(m, kernels=None, device="cpu")
-    ckpt.load_model_state(model, sd)
     console(f"writing {output} ({mapping.family(m)}, {len(sd)} tensors)")
     marker = CheckpointMarker(iteration=0, consumed_samples=0, zebractl_version=__version__)
-    state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
-    final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
+    with dist.scoped():  # megatron's writer needs a process group; none is left behind
+        model = build_model(m, kernels=None, device="cpu")
+        ckpt.load_model_state(model, sd)
+        state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
+        final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
     return ImportResult(
         output=output,
         checkpoint=final,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -37,3 +39,22 @@ def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
         )
+
+
+@contextlib.contextmanager
+def scoped() -> Iterator[None]:
+    """:func:`ensure_initialized` for the duration of a ``with`` block: what it had to create
+    (the process group, megatron's parallel state) is torn down afterwards, so a one-off job in a
+    process (convert, verify) leaves no process-wide state behind."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    had_group, had_state = dist.is_initialized(), parallel_state.model_parallel_is_initialized()
+    ensure_initialized()
+    try:
+        yield
+    finally:
+        if not had_state:
+            parallel_state.destroy_model_parallel()
+        if not had_group:
+            dist.destroy_process_group()
