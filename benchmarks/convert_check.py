@@ -38,7 +38,7 @@ def main() -> None:
     from zebractl.convert import mapping
     from zebractl.convert.fla_reference import on_cpu
     from zebractl.convert.hf import export_hf, load_state, open_source
-    from zebractl.convert.verify import _tokens
+    from zebractl.convert.verify import real_tokens
     from zebractl.model.model import build_model
 
     res = export_hf(a.run, a.out, dtype=a.dtype)
@@ -46,7 +46,7 @@ def main() -> None:
     m = src.cfg.model
     gpu = torch.cuda.is_available()
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
-    ids = _tokens(src.cfg, a.sequences * (a.seq + 1))
+    ids = real_tokens(src.cfg, a.sequences * (a.seq + 1))
     n = ids.shape[1] // (a.seq + 1)
     batch = ids[0, : n * (a.seq + 1)].view(n, a.seq + 1).to(dev)
     x, y = batch[:, :-1], batch[:, 1:]

@@ -241,3 +241,24 @@ def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
     _, tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None)
     print({t.name: (t.status, t.detail) for t in tiers})
     assert [t.status for t in tiers[:3]] == ["pass"] * 3, tiers
+
+
+def test_verify_refuses_token_counts_out_of_bounds(cli, trained, tmp_path):
+    from zebractl.convert.hf import export_hf
+
+    run = trained("tiny_kda")
+    export_hf(run, tmp_path / "hf", console=lambda s: None)
+    for n in ("0", "1", "1000000000", "-5"):
+        r = cli("verify", str(run), str(tmp_path / "hf"), "--tokens", n)
+        assert r.exit_code == 2 and "--tokens must be between 2 and" in r.stderr, (n, r.output)
+
+
+def test_bitwise_comparison_sees_nan_bits_and_dtypes():
+    import torch
+
+    from zebractl.convert.verify import _bitwise_equal
+
+    a = torch.tensor([1.0, float("nan")])
+    assert _bitwise_equal(a, a.clone()) and not torch.equal(a, a.clone())
+    assert not _bitwise_equal(a, a.double()) and not _bitwise_equal(a, torch.tensor([1.0, 2.0]))
+    assert not _bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0]))

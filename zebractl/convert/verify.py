@@ -29,6 +29,8 @@ from zebractl.config.errors import ConfigError
 
 LOGITS_RTOL_FP32 = 1e-5
 """Tier 3 on CPU in fp32: max |ours - theirs| / max |theirs|."""
+MAX_TOKENS = 32768
+"""Upper bound of ``--tokens`` (one CPU forward pass over them per model)."""
 LOGITS_RTOL_BF16 = 2e-2
 """Tier 3 on a CUDA GPU in bf16 (both models on their GPU kernels)."""
 TIERS = ("structure", "weights", "logits", "generation")
@@ -66,7 +68,7 @@ def config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[st
     return out
 
 
-def _tokens(cfg: Any, n: int) -> torch.Tensor:
+def real_tokens(cfg: Any, n: int) -> torch.Tensor:
     """The first ``n`` tokens of the run's training data (real text)."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
@@ -85,6 +87,16 @@ def _tokens(cfg: Any, n: int) -> torch.Tensor:
     if len(out) < 2:
         raise ConfigError("verify: the run's dataset holds fewer than 2 tokens")
     return torch.tensor(out, dtype=torch.long)[None]
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaNs included, which ``torch.equal`` calls unequal)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
 
 
 def _greedy_ours(model: Any, prompt: torch.Tensor, n: int, vocab: int) -> list[int]:
@@ -115,8 +127,10 @@ def verify(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
         raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
-    if tokens < 2 or gen_tokens < 1:
-        raise ConfigError("--tokens must be at least 2 and the generation length at least 1")
+    if not 2 <= tokens <= MAX_TOKENS or gen_tokens < 1:
+        raise ConfigError(
+            f"--tokens must be between 2 and {MAX_TOKENS} and the generation length at least 1"
+        )
     converted = Path(converted)
     if not (converted / "config.json").is_file():
         raise ConfigError(f"{converted}: no config.json (not a Hugging Face folder)")
@@ -165,10 +179,10 @@ def verify(
 
     # ---- 2. weights
     if tiers[-1].status == "pass":
-        diff = [k for k, v in expected.items() if not torch.equal(theirs[k], v.to(dt))]
+        diff = [k for k, v in expected.items() if not _bitwise_equal(theirs[k], v.to(dt))]
         back = mapping.from_fla(theirs, m)
         for k, v in ours.items():
-            if not torch.equal(back[k], v.to(dt)):
+            if not _bitwise_equal(back[k], v.to(dt)):
                 diff.append(f"{k} (round trip)")
         tiers.append(
             _fail("weights", [f"{k} differs" for k in diff], differing=len(diff))
@@ -189,7 +203,7 @@ def verify(
         dtype, tol = (
             (torch.bfloat16, LOGITS_RTOL_BF16) if gpu else (torch.float32, LOGITS_RTOL_FP32)
         )
-        ids = _tokens(src.cfg, tokens).to(device)
+        ids = real_tokens(src.cfg, tokens).to(device)
         backend = "auto" if gpu else "torch"
         kernels = src.cfg.kernels.model_copy(update={"backend": backend, "fp8_mlp": "off"})
         model = build_model(m, kernels=kernels, device=device, params_dtype=dtype).eval()
@@ -242,18 +256,15 @@ def verify(
                     pad_token_id=0,
                 )
             theirs_gen = out[0, prompt.shape[1] :].tolist()
-            agree = sum(1 for x, y in zip(mine, theirs_gen, strict=False) if x == y)
-            metrics = {"tokens": gen_tokens, "agreeing": agree}
+            agree = next(
+                (i for i, (x, y) in enumerate(zip(mine, theirs_gen, strict=False)) if x != y),
+                min(len(mine), len(theirs_gen)),
+            )  # tokens that agree before the first difference
+            metrics = {"tokens": gen_tokens, "agreeing_prefix": agree}
             tiers.append(
                 Tier("generation", "pass", f"{gen_tokens} greedy tokens agree", metrics)
                 if mine == theirs_gen
-                else _fail(
-                    "generation",
-                    [
-                        f"greedy tokens differ from position {next(i for i, (x, y) in enumerate(zip(mine, theirs_gen + [None] * len(mine), strict=False)) if x != y)}"
-                    ],
-                    **metrics,
-                )
+                else _fail("generation", [f"greedy tokens differ from position {agree}"], **metrics)
             )
     done = {t.name for t in tiers}
     tiers += [Tier(n, "not run", "an earlier tier failed") for n in TIERS if n not in done]
