@@ -13,8 +13,10 @@ after --warmup steps. Three implementations, each built fresh from the same init
   autocast, torch's fused AdamW, clip 1.0, as FLA trains). ``ours_megatron``: the Megatron engine
   (bf16 params, fp32 mains and grads, megatron DDP, fused AdamW). ``ours_torch_fused``: forced
   torch_fused.
-  ``ours_fp8`` / ``ours_fp8_rowwise``: with ``kernels.fp8_mlp`` tensorwise / rowwise (opt-in FP8
-  MLP GEMMs through torchao, the MLP compiled). ``ours_unfused_add``: the residual add outside the
+  ``ours_fp8`` / ``ours_fp8_rowwise``: the recipe's engine with ``kernels.fp8_mlp`` tensorwise /
+  rowwise (opt-in FP8 MLP GEMMs through torchao, the MLP compiled); ``ours_megatron_fp8``: the
+  Megatron engine with tensorwise FP8. ``ours_chunks8``: the LM-head loss in 8 chunks (as FLA
+  tuned) instead of the recipe's 32. ``ours_unfused_add``: the residual add outside the
   next norm, as before the fused add+RMSNorm (measures that change alone).
 - ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
   the way FLA trains (fp32 params, bf16 autocast, ``torch.optim.AdamW(fused=True)``, clip 1.0),
@@ -105,8 +107,10 @@ class OurLoss(torch.nn.Module):
 
 OURS_SETS = {
     "ours_megatron": ["optimizer.impl=megatron"],
-    "ours_fp8": ["optimizer.impl=megatron", "kernels.fp8_mlp=tensorwise"],
-    "ours_fp8_rowwise": ["optimizer.impl=megatron", "kernels.fp8_mlp=rowwise"],
+    "ours_fp8": ["kernels.fp8_mlp=tensorwise"],
+    "ours_fp8_rowwise": ["kernels.fp8_mlp=rowwise"],
+    "ours_megatron_fp8": ["optimizer.impl=megatron", "kernels.fp8_mlp=tensorwise"],
+    "ours_chunks8": ["kernels.fused_ce_chunks=8"],
 }
 
 

@@ -51,6 +51,30 @@ def test_emulated_fp8_mlp_matches_fp64_output_and_gradients(recipe):
         assert a.dtype == p.dtype  # gradients come back in the parameters' dtype
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_fp8_mlp_under_autocast_with_fp32_weights(recipe):
+    """The torch_fused engine's way: fp32 parameters under bf16 autocast. The MLP computes on the
+    input cast to bf16, returns bf16 like an autocast linear, and its weight gradients arrive in
+    fp32 for the fp32 parameters, all within the FP8 bound of fp64."""
+    r = fp8.FP8Recipe.build(recipe, emulate=True)
+    t, h, f = 512, 64, 96
+    x = torch.randn(2, t // 2, h, requires_grad=True)  # fp32: the residual stream of torch_fused
+    w1 = (torch.randn(2 * f, h) / h**0.5).requires_grad_()
+    w2 = (torch.randn(h, f) / f**0.5).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = fp8.mlp_forward(x, w1, None, w2, None, r, fp8.swiglu_mlp)
+    assert y.dtype == torch.bfloat16
+    g = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w1, w2), g)
+    assert [a.dtype for a in grads] == [torch.float32] * 3
+    ref_in = [p.detach().double().requires_grad_() for p in (x, w1, w2)]
+    zero1, zero2 = torch.zeros(2 * f, dtype=torch.float64), torch.zeros(h, dtype=torch.float64)
+    y_ref = _reference(ref_in[0], ref_in[1], zero1, ref_in[2], zero2)
+    ref_grads = torch.autograd.grad(y_ref, ref_in, g.double())
+    errors = [_rel(y, y_ref)] + [_rel(a, b) for a, b in zip(grads, ref_grads, strict=True)]
+    assert all(e < FP8_REL_L2 for e in errors), errors
+
+
 def test_fp8_error_is_fp8_sized_not_bf16_sized():
     """The emulation really quantises to FP8: its error is far above bf16's (else the test above
     would pass for a plain bf16 matmul and prove nothing)."""
@@ -63,9 +87,8 @@ def test_fp8_error_is_fp8_sized_not_bf16_sized():
 
 def test_unsupported_reasons_name_the_setting_and_the_fix():
     cpu = torch.device("cpu")
-    assert "optimizer.impl=megatron" in fp8.unsupported_reason(cpu, "bf16", "torch_fused")
-    assert "precision bf16" in fp8.unsupported_reason(cpu, "fp32", "megatron")
-    why = fp8.unsupported_reason(cpu, "bf16", "megatron")
+    assert "precision bf16" in fp8.unsupported_reason(cpu, "fp32")
+    why = fp8.unsupported_reason(cpu, "bf16")
     assert "compute capability 8.9" in why and "kernels.fp8_mlp=off" in why
 
 

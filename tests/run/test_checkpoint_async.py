@@ -161,29 +161,87 @@ def test_abort_leaves_the_save_incomplete_and_later_saves_sound(process_group, t
 def test_the_staged_host_copies_live_until_the_save_is_finalised(
     process_group, tmp_path, monkeypatch
 ):
-    """The writer reads host copies of the GPU tensors: they are made when the save begins and stay
-    referenced in the trainer's process until the save is finalised (megatron's own staging let
-    them go at the fork, and its pinned memory could then be handed to the next batch)."""
+    """The writer reads host copies of the GPU tensors: they are made when the save begins, in the
+    saver's own staging arena, and stay referenced in the trainer's process until the save is
+    finalised (megatron's own staging let them go at the fork, and its pinned memory could then be
+    handed to the next batch). The next save reuses the arena."""
     import gc
     import weakref
 
+    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)  # CPU tensors stand in for GPU ones
     copies: list[weakref.ref] = []
+    real_copy = ckpt.HostStaging.copy
 
-    def host_copy(t):  # on this CPU machine, stands in for the device-to-host copy
-        c = t.detach().clone()
-        copies.append(weakref.ref(c))
-        return c
+    def copy(self, tensors):
+        out = real_copy(self, tensors)
+        copies.extend(weakref.ref(c) for c in out)
+        return out
 
-    monkeypatch.setattr(ckpt, "_host_copy", host_copy)
+    monkeypatch.setattr(ckpt.HostStaging, "copy", copy)
     w = torch.randn(64, 32)
     saver = ckpt.AsyncSaver()
+    saver.staging.reserve(64 * 32 * 4, background=False)
+    arena = saver.staging._blocks[0].data_ptr()
     saver.begin(tmp_path, 3, _state(w, 3), _marker(3), keep_last=0, is_writer=True)
     began = w.clone()
     w.add_(1.0)
     gc.collect()
     assert copies and all(ref() is not None for ref in copies), "staged copies were released"
+    (staged,) = [ref() for ref in copies]
+    assert staged.untyped_storage().data_ptr() == arena, "the save did not stage into the arena"
+    assert torch.equal(staged, began)
+    del staged
     done = _until_done(saver)
     assert done.iteration == 3
     gc.collect()
     assert all(ref() is None for ref in copies), "staged copies outlive their save"
     assert torch.equal(_load(done.folder)["w"], began)
+    # the next save overwrites the same arena (its previous writer has exited) and keeps its state
+    copies.clear()
+    saver.begin(tmp_path, 4, _state(w, 4), _marker(4), keep_last=0, is_writer=True)
+    w.add_(1.0)
+    (staged,) = [ref() for ref in copies]
+    assert staged.untyped_storage().data_ptr() == arena
+    del staged
+    done = _until_done(saver)
+    assert torch.equal(_load(done.folder)["w"], began + 1.0)
+    assert torch.equal(_load(tmp_path / "iter_0000003")["w"], began)
+    assert saver.staging.nbytes == 64 * 32 * 4  # reused, never grown
+
+
+def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
+    """Mixed dtypes, a non-contiguous tensor, an empty one and a scalar: each copy is equal, starts
+    on an aligned offset, and a save larger than the arena grows it by one block."""
+    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)
+    g = torch.Generator().manual_seed(int(time.time_ns() % 2**31))
+    tensors = [
+        torch.randn(33, 7, generator=g).to(torch.bfloat16),
+        torch.randn(5, 9, generator=g),
+        torch.randint(-(2**40), 2**40, (13,), generator=g),
+        torch.randn(8, 6, generator=g).t(),  # non-contiguous
+        torch.empty(0, 4),
+        torch.tensor(3.5, dtype=torch.float64),
+    ]
+    staging = ckpt.HostStaging()
+    staging.reserve(512)  # in the background; copy() waits for it
+    out = staging.copy(tensors)
+    for t, c in zip(tensors, out, strict=True):
+        assert c.dtype == t.dtype and c.shape == t.shape and torch.equal(c, t)
+        if c.numel():
+            base = c.untyped_storage().data_ptr()  # the arena block the copy is a view of
+            assert any(base == b.data_ptr() for b in staging._blocks)
+            assert (c.data_ptr() - base) % ckpt._ALIGN == 0
+    grown = staging.nbytes
+    assert grown > 512 and len(staging._blocks) == 2
+    again = staging.copy(tensors)  # fits now: no growth, same places
+    assert staging.nbytes == grown
+    assert [c.data_ptr() for c in again] == [c.data_ptr() for c in out]
+
+
+def test_cpu_tensors_are_not_staged():
+    """Without a GPU nothing is copied: CPU tensors go to the writer as they are (the fork copies
+    them on write), and the arena stays empty."""
+    staging = ckpt.HostStaging()
+    t = torch.randn(4)
+    assert staging.copy([t])[0] is t
+    assert staging.nbytes == 0

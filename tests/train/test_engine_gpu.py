@@ -82,22 +82,39 @@ def test_bf16_params_with_fp32_main_params(demo_data, process_group):
 
 
 @pytest.mark.parametrize(
-    ("distributed", "background"),
-    [(False, False), (False, True), (True, False)],
-    ids=["plain", "plain_async_save", "distributed_optimizer"],
+    ("distributed", "background", "staging"),
+    [
+        (False, False, "pageable"),
+        (False, True, "pageable"),
+        (False, True, "pinned"),
+        (True, False, "pageable"),
+    ],
+    ids=["plain", "plain_async_save", "async_save_pinned", "distributed_optimizer"],
 )
-def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path, distributed, background):
+def test_megatron_engine_learns_and_resumes_bitwise(
+    demo_data, tmp_path, distributed, background, staging
+):
     more = (
         "schedule.iterations=12",
         f"parallelism.distributed_optimizer={str(distributed).lower()}",
         f"checkpoint.async_save={str(background).lower()}",
+        f"checkpoint.host_staging={staging}",
+        "checkpoint.interval=5",
+        "checkpoint.keep_last=0",
     )
     full = _train(demo_data, tmp_path / "full", *more)
     assert full.stopped == "done"
     a = _losses(tmp_path / "full")
     assert a[12] < a[1] - 0.5, a  # learns (fresh init ~10.8; 9.95 after 12 steps on the H200)
+    if background:
+        # iteration 10 was the second save of the process: staged into the arena the first save
+        # (iteration 5) had used; resuming from it reproduces iterations 11-12 bitwise
+        shutil.rmtree(tmp_path / "full/checkpoints/iter_0000012")
+        again = _train(demo_data, tmp_path / "full", *more)
+        assert again.resumed_from == 10
+        assert _losses(tmp_path / "full") == a
 
-    k = (*more, "checkpoint.interval=5")
+    k = more
     part = _train(demo_data, tmp_path / "killed", *k, stop_after=7, console=print)
     assert part.stopped == "limit"
     # the "kill" happened after iteration 7; the newest checkpoint is 5, whose optimizer state

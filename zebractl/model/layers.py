@@ -218,9 +218,11 @@ class SwiGLUMLP(MegatronModule):
         if (
             self._fp8 is not None
         ):  # kernels.fp8_mlp: the same weights, FP8 GEMMs, one compiled region
+            from zebractl.model.ops.fp8 import mlp_forward
+
             recipe, mlp = self._fp8
             fc1, fc2 = self.linear_fc1, self.linear_fc2
-            return mlp(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, recipe)
+            return mlp_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, recipe, mlp)
         h, _ = self.linear_fc1(x)
         gate, up = h.chunk(2, dim=-1)
         out, _ = self.linear_fc2(ops.swiglu(self.opts, gate, up))

@@ -125,6 +125,11 @@ class CheckpointConfig(StrictModel):
     hashed (a crash meanwhile leaves an incomplete iter_N.tmp). Opt-in until a GPU run confirms that
     resuming from background saves of the Megatron engine is bitwise exact (CPU tests do). false:
     training waits for each save."""
+    host_staging: Literal["pageable", "pinned"] = "pageable"
+    """Host memory an asynchronous save copies the GPU state into (allocated once while training
+    starts, reused by every save): pageable (ordinary memory) or pinned (page-locked: faster
+    device-to-host copies, the same amount of memory locked for the whole run). Read only with
+    async_save and a GPU."""
 
 
 class LoggingConfig(StrictModel):
@@ -186,6 +191,11 @@ class KernelsConfig(StrictModel):
     """Opt-in FP8 GEMMs for the SwiGLU MLPs (torchao float8 training, dynamic scaling, the MLP
     compiled with torch.compile): tensorwise = one scale per tensor (fastest), rowwise = one per row
     (more accurate). Megatron engine, bf16, CUDA compute capability 8.9+ (Ada/Hopper) only."""
+    precompile: bool = True
+    """Compile the recurrent mixers' and the loss's GPU kernels in a background thread while the
+    run reads its data and builds its model (one forward + backward on throwaway weights, the
+    run's random state untouched): a shorter first step on a cold kernel cache. Only on CUDA with
+    FLA kernels; false: the first step compiles them."""
 
 
 class RunConfig(StrictModel):

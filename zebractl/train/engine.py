@@ -342,7 +342,7 @@ def check_engine(cfg: RunConfig, device: torch.device) -> None:
     if cfg.kernels.fp8_mlp != "off":
         from zebractl.model.ops.fp8 import unsupported_reason
 
-        why = unsupported_reason(device, cfg.precision, cfg.optimizer.impl)
+        why = unsupported_reason(device, cfg.precision)
         if why:
             raise ConfigError(why)
     if cfg.optimizer.impl == "torch_fused":

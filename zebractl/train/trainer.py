@@ -66,6 +66,19 @@ class RunResult:
     val_loss: float | None = None  # the last validation loss
 
 
+def _state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
+    """An estimate of the GPU tensors one rank stages for a checkpoint: the parameters, two fp32
+    Adam moments each and the Megatron engine's fp32 main copy of every low-precision parameter;
+    megatron's fully parallel save spreads the writing over the ranks, so with several ranks a
+    quarter more than an even share (a save that needs more adds the excess then)."""
+    total = 0
+    for p in model.parameters():
+        total += p.numel() * (p.element_size() + 8)
+        if impl == "megatron" and p.dtype != torch.float32:
+            total += p.numel() * 4
+    return total if world == 1 else math.ceil(total / world * 1.25)
+
+
 def _rng_state() -> dict[str, Any]:
     state = {
         "python": random.getstate(),
@@ -149,6 +162,9 @@ class Trainer:
             else torch.device("cpu")
         )
         check_engine(cfg, self.device)
+        from zebractl.train import precompile
+
+        compiling = precompile.start(cfg, self.device)  # joined at the end of setup
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
         if p.distributed_optimizer:
             self.console(
@@ -220,7 +236,11 @@ class Trainer:
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
         if cfg.checkpoint.async_save:
-            self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None)
+            cuda = self.device.type == "cuda"
+            staging = ckpt.HostStaging(pinned=cfg.checkpoint.host_staging == "pinned" and cuda)
+            if cuda:  # room for a whole save, allocated while training starts
+                staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
+            self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
         self._resume()
         self.last_saved = self.iteration if self.resumed_from is not None else None
         self.metrics = MetricsWriter(
@@ -231,6 +251,8 @@ class Trainer:
             note=self.console,
         )
         self._batches = self._train_batches()
+        if compiling is not None:
+            self.console(compiling.join())
         self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
         self.peak = next(
             (

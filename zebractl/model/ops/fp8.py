@@ -4,7 +4,10 @@ The MLP's two GEMMs (and their two backward GEMMs each) run as FP8 tensor-core p
 (``torch._scaled_mm``) with dynamic scaling, through torchao's float8 autograd function: forward
 operands in e4m3, the gradient e4m3 (``tensorwise``: one scale per tensor, torchao's fastest recipe)
 or e4m3 with one scale per row (``rowwise``: more accurate, slower). Outputs and gradients come back in
-the parameters' dtype (bf16), so the weights, their fp32 main copies and the optimizer are unchanged.
+the dtype of the input (bf16), the weight gradients in the weights' dtype, so the weights, their
+fp32 main copies and the optimizer are unchanged. Under the torch_fused engine's bf16 autocast
+(fp32 parameters) the MLP runs with autocast off on its input cast to bf16, the fp32 weights going
+to FP8 directly, as torchao's ``Float8Linear`` does.
 
 Eager float8 pays several full passes over each operand for its scales and casts; the MLP is
 therefore compiled as one region (``torch.compile``, fixed shapes) so Inductor fuses the SwiGLU, the
@@ -31,13 +34,10 @@ MIN_CAPABILITY = (8, 9)
 """``torch._scaled_mm`` (FP8 tensor cores) needs sm_89 or newer."""
 
 
-def unsupported_reason(device: torch.device, precision: str, engine: str) -> str | None:
-    """Why ``kernels.fp8_mlp`` cannot run here (None when it can)."""
-    if engine != "megatron":
-        return (
-            "kernels.fp8_mlp runs on the megatron engine (bf16 parameters with fp32 main "
-            "copies); set optimizer.impl=megatron"
-        )
+def unsupported_reason(device: torch.device, precision: str) -> str | None:
+    """Why ``kernels.fp8_mlp`` cannot run here (None when it can). Either engine: the Megatron
+    engine's bf16 parameters, or torch_fused's fp32 parameters under bf16 autocast (the MLP then
+    takes its input in bf16 and scales the fp32 weights to FP8 directly)."""
     if precision != "bf16":
         return f"kernels.fp8_mlp needs precision bf16 (the recipe says {precision})"
     if device.type != "cuda":
@@ -97,6 +97,20 @@ class FP8Recipe:
             )
         )
         return cls(name, c, mm)
+
+
+def mlp_forward(
+    x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None, recipe: FP8Recipe, fn
+) -> Tensor:
+    """Call ``fn`` (:func:`swiglu_mlp` or its compiled form) the way autocast would: under an
+    enabled autocast, on the input in the autocast dtype with autocast off inside (the weights,
+    fp32 for torch_fused, are scaled to FP8 as they are); otherwise as it is."""
+    dev = x.device.type
+    if not torch.is_autocast_enabled(dev):
+        return fn(x, w1, b1, w2, b2, recipe)
+    dtype = torch.get_autocast_dtype(dev)
+    with torch.autocast(dev, enabled=False):
+        return fn(x.to(dtype), w1, b1, w2, b2, recipe)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: FP8Recipe) -> Tensor:

@@ -1,0 +1,108 @@
+"""`zebractl.train.precompile`: the background compilation of a run's kernels exercises every
+distinct mixer at the run's shapes without touching the run's random state, and is skipped (or
+fails softly) where it has nothing to do."""
+
+from __future__ import annotations
+
+import random
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from zebractl.train import precompile  # noqa: E402
+
+TINY = ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"]
+
+
+@pytest.mark.parametrize("recipe", TINY)
+def test_exercise_leaves_the_random_state_alone(fast, recipe, monkeypatch):
+    """It runs forward + backward of each mixer kind of the model (counted), the norms and the
+    loss, and the process's torch, numpy and python random states are what they were (the run is
+    bitwise the same with and without it)."""
+    from zebractl.model import mixers
+
+    cfg = fast.resolve(recipe, "batch.micro=2").run
+    seen: list[str] = []
+    for kind, cls in list(mixers.MIXERS.items()):
+
+        class Counted(cls):  # type: ignore[misc, valid-type]
+            def forward(self, x, _kind=kind):
+                seen.append(_kind)
+                return super().forward(x)
+
+        monkeypatch.setitem(mixers.MIXERS, kind, Counted)
+    torch.manual_seed(int(np.random.SeedSequence().entropy % 2**31))
+    before = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    precompile.exercise(cfg, torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), before[0])
+    assert np.array_equal(np.random.get_state()[1], before[1])
+    assert random.getstate() == before[2]
+    kinds = [k for k in dict.fromkeys(cfg.model.sublayers) if k in mixers.MIXERS]
+    assert kinds and seen == [k for k in kinds for _ in range(2)]  # train + eval forward each
+
+
+def test_nothing_starts_where_nothing_would_compile(fast):
+    cfg = fast.resolve("tiny_kda").run
+    assert precompile.start(cfg, torch.device("cpu")) is None
+    fake_cuda = types.SimpleNamespace(type="cuda")
+    off = fast.resolve("tiny_kda", "kernels.precompile=false").run
+    assert precompile.start(off, fake_cuda) is None
+    torch_backend = fast.resolve("tiny_kda", "kernels.backend=torch").run
+    assert precompile.start(torch_backend, fake_cuda) is None
+
+
+def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
+    """A failing background compilation (out of memory, a kernel that refuses a shape) only says
+    so: the first step then compiles the kernels itself."""
+    from zebractl.model import model
+
+    cfg = fast.resolve("tiny_kda").run
+    monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
+
+    def boom(cfg, device):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(precompile, "exercise", boom)
+    job = precompile.start(cfg, types.SimpleNamespace(type="cuda"))
+    assert job is not None
+    note = job.join()
+    assert note.startswith("note: compiling the kernels in the background failed")
+    assert "OutOfMemoryError" in note and "first step compiles them" in note
+
+    monkeypatch.setattr(precompile, "exercise", lambda cfg, device: None)
+    assert (
+        precompile.start(cfg, types.SimpleNamespace(type="cuda"))
+        .join()
+        .startswith("kernels compiled in the background in")
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (FLA kernels)")
+def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp_path):
+    """The real thing on a GPU with FLA kernels: the thread runs (its note is printed), and the
+    run's losses equal those of a run without it: the first bitwise (forward kernels are
+    deterministic), later ones within 1e-3 relative (FLA's backward kernels may sum in another
+    order from run to run)."""
+    sets = (
+        "schedule.iterations=3",
+        "batch.micro=2",
+        "batch.global=4",
+        "data.seq_length=256",
+        "optimizer.impl=megatron",
+        "precision=bf16",
+        "kernels.backend=fla",
+        "model.kda.head_k_dim=64",  # FLA's kernels at the head sizes of the shipped models
+        "model.kda.head_v_dim=64",
+    )
+    lines: list[str] = []
+    fast.train("tiny_kda", tmp_path / "on", *sets, console=lines.append)
+    assert any(line.startswith("kernels compiled in the background") for line in lines), lines
+    fast.train("tiny_kda", tmp_path / "off", *sets, "kernels.precompile=false")
+    on, off = fast.losses(tmp_path / "on"), fast.losses(tmp_path / "off")
+    assert on.keys() == off.keys() == {1, 2, 3}
+    assert on[1] == off[1]
+    assert all(abs(on[i] - off[i]) <= 1e-3 * abs(off[i]) for i in on), (on, off)
