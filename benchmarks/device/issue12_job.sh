@@ -77,15 +77,17 @@ log "disk $(df -h /tmp | tail -1)"
 CK=(kda_300M "${RUN[@]}" --set optimizer.impl=megatron --set batch.micro=16 --set batch.global=16
     --set schedule.iterations=9 --set schedule.warmup_iterations=2 --set checkpoint.interval=3
     --set checkpoint.keep_last=1)
-for mode in pageable pinned; do
+ckpt_run() {
+  local mode=$1
   $T train "${CK[@]}" --set checkpoint.async_save=true --set checkpoint.host_staging=$mode \
     --output $J/runs/ckpt_$mode 2>&1 | stamp > $J/ckpt_$mode.log
   log "K async $mode rc=$? disk $(df -h /tmp | tail -1)"
   rm -rf $J/runs/ckpt_$mode/checkpoints
-done
+}
+ckpt_run pageable
 # ---- T: GPU tests
 timeout 900 python3 -m pytest -m gpu tests/train/test_engine_gpu.py tests/train/test_precompile.py \
-  -q -p no:cacheprovider -W default -rs -s --basetemp=/tmp/zpt > $J/gpu_tests.log 2>&1
+  -k "not pinned" -q -p no:cacheprovider -W default -rs -s --basetemp=/tmp/zpt > $J/gpu_tests.log 2>&1
 log "T gpu tests rc=$?"
 rm -rf /tmp/zpt
 cold kda_300M_noprecompile kda_300M --set kernels.precompile=false
@@ -94,6 +96,11 @@ python3 $B --preset kda_300M --runs ours:16 ours_fp8:16 fla_tuned:16 fla_shipped
   ours_megatron:16 ours:64 ours_fp8:64 fla_tuned:64 --repeat-ours \
   --json-out $J/bench_kda_300M.json > $J/bench_kda_300M.log 2>&1
 log "B kda_300M rc=$?"
+# ---- pinned staging last (new: page-locked memory shared with the forked writer)
+ckpt_run pinned
+timeout 600 python3 -m pytest -m gpu tests/train/test_engine_gpu.py -k pinned -q -p no:cacheprovider \
+  -W default -rs -s --basetemp=/tmp/zpt > $J/gpu_tests_pinned.log 2>&1
+log "T pinned test rc=$?"
 log DONE
 JOBEOF
   J=$J R=$R setsid bash "$J/job.sh" > "$J/job.out" 2>&1 < /dev/null &
@@ -118,7 +125,7 @@ for line in sys.stdin:
     grep -lqE "Traceback|Error" "$f" && { echo "== $f"; grep -E "Error|error:" "$f" | cut -c1-300 | tail -4; }
   done
   grep -hE "saving|saved|complete in|background" "$J"/ckpt_*.log "$J"/cold_*.log 2>/dev/null | cut -c1-200
-  tail -5 "$J/gpu_tests.log" 2>/dev/null
+  tail -5 "$J/gpu_tests.log" "$J/gpu_tests_pinned.log" 2>/dev/null
   cat "$J/cold.txt" 2>/dev/null
   tar czf "$OUT/issue12.tgz" -C "$J" --exclude='checkpoints' --exclude='data_cache' --exclude='*.tar.xz' \
     --exclude='*.tfevents*' --exclude='trace*' . 2>/dev/null
