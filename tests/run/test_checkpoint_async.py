@@ -181,14 +181,16 @@ def test_the_staged_host_copies_live_until_the_save_is_finalised(
     w = torch.randn(64, 32)
     saver = ckpt.AsyncSaver()
     saver.staging.reserve(64 * 32 * 4, background=False)
-    arena = saver.staging._blocks[0].data_ptr()
+    ((arena, _),) = saver.staging.block_ranges()
     saver.begin(tmp_path, 3, _state(w, 3), _marker(3), keep_last=0, is_writer=True)
     began = w.clone()
     w.add_(1.0)
     gc.collect()
     assert copies and all(ref() is not None for ref in copies), "staged copies were released"
     (staged,) = [ref() for ref in copies]
-    assert staged.untyped_storage().data_ptr() == arena, "the save did not stage into the arena"
+    assert staged.data_ptr() == arena, "the save did not stage into the arena"
+    # its own storage, just its bytes (the writer serialises whole storages)
+    assert staged.untyped_storage().nbytes() == 64 * 32 * 4
     assert torch.equal(staged, began)
     del staged
     done = _until_done(saver)
@@ -201,7 +203,7 @@ def test_the_staged_host_copies_live_until_the_save_is_finalised(
     saver.begin(tmp_path, 4, _state(w, 4), _marker(4), keep_last=0, is_writer=True)
     w.add_(1.0)
     (staged,) = [ref() for ref in copies]
-    assert staged.untyped_storage().data_ptr() == arena
+    assert staged.data_ptr() == arena
     del staged
     done = _until_done(saver)
     assert torch.equal(_load(done.folder)["w"], began + 1.0)
@@ -228,11 +230,11 @@ def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
     for t, c in zip(tensors, out, strict=True):
         assert c.dtype == t.dtype and c.shape == t.shape and torch.equal(c, t)
         if c.numel():
-            base = c.untyped_storage().data_ptr()  # the arena block the copy is a view of
-            assert any(base == b.data_ptr() for b in staging._blocks)
+            assert c.untyped_storage().nbytes() == t.numel() * t.element_size()
+            (base,) = [a for a, n in staging.block_ranges() if a <= c.data_ptr() < a + n]
             assert (c.data_ptr() - base) % ckpt._ALIGN == 0
     grown = staging.nbytes
-    assert grown > 512 and len(staging._blocks) == 2
+    assert grown > 512 and len(staging.block_ranges()) == 2
     again = staging.copy(tensors)  # fits now: no growth, same places
     assert staging.nbytes == grown
     assert [c.data_ptr() for c in again] == [c.data_ptr() for c in out]
@@ -245,3 +247,18 @@ def test_cpu_tensors_are_not_staged():
     t = torch.randn(4)
     assert staging.copy([t])[0] is t
     assert staging.nbytes == 0
+
+
+def test_a_staged_save_writes_its_tensors_not_the_arena(process_group, tmp_path, monkeypatch):
+    """The writer serialises a tensor's whole storage: a tensor staged in a large arena must hold
+    only its own bytes, or every tensor of a save would be written as the whole arena (on the H200
+    one 4.25 GB save filled the 64 GB disk that way)."""
+    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)
+    saver = ckpt.AsyncSaver()
+    saver.staging.reserve(64 << 20, background=False)  # 64 MiB of arena for an 8 KiB tensor
+    w = torch.randn(64, 32)
+    saver.begin(tmp_path, 1, _state(w, 1), _marker(1), keep_last=0, is_writer=True)
+    done = _until_done(saver)
+    written = sum(f.stat().st_size for f in done.folder.rglob("*") if f.is_file())
+    assert written < 1 << 20, written
+    assert torch.equal(_load(done.folder)["w"], w)

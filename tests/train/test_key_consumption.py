@@ -229,8 +229,6 @@ def not_applicable(cfg) -> set[str]:
         out.add("kernels.gdn_gate_in_kernel")
     if not blocks & {"kda", "gdn"}:
         out |= {"kernels.qk_l2norm_in_kernel", "kernels.fused_gated_norm"}
-    if not cfg.checkpoint.async_save:
-        out.add("checkpoint.host_staging")
     return out
 
 

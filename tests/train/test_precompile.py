@@ -62,7 +62,7 @@ def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
     cfg = fast.resolve("tiny_kda").run
     monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
 
-    def boom(cfg, device):
+    def boom(cfg, device, before_backward=None):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(precompile, "exercise", boom)
@@ -72,7 +72,7 @@ def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
     assert note.startswith("note: compiling the kernels in the background failed")
     assert "OutOfMemoryError" in note and "first step compiles them" in note
 
-    monkeypatch.setattr(precompile, "exercise", lambda cfg, device: None)
+    monkeypatch.setattr(precompile, "exercise", lambda cfg, device, before=None: None)
     assert (
         precompile.start(cfg, types.SimpleNamespace(type="cuda"))
         .join()

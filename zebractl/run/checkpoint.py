@@ -318,19 +318,19 @@ _ALIGN = 256  # bytes: every staged tensor starts on this boundary (any dtype vi
 class HostStaging:
     """Host memory for the tensors of an asynchronous save, allocated once and reused.
 
-    The device-to-host copy into freshly allocated pageable memory ran at 1.1-1.6 GB/s on the
-    H200 (the kernel zeroes and maps every new page during the copy): 2.6-3.8 s of training pause
-    per 4.25 GB save at 300M. This arena is allocated ahead (:meth:`reserve`, in a background
-    thread while training starts) and its pages are touched once, so a save only copies. ``pinned``
-    allocates page-locked memory (faster copies; the forked writer reads it like any other page).
-    A save larger than the arena adds a block for the excess. Reuse is safe because a save begins
-    only after the previous one is finalised, and its writer, which saw the arena at the fork, has
-    exited by then.
+    The device-to-host copy into freshly allocated memory ran at 1.1-1.6 GB/s on the H200 (the
+    kernel zeroes and maps every new page during the copy): 2.6-3.8 s of training pause per
+    4.25 GB save at 300M. This arena is allocated ahead (:meth:`reserve`, in a background thread
+    while training starts) as anonymous memory maps whose pages are touched once, so a save only
+    copies. Each staged tensor is a tensor of its own over its slice of a map
+    (``torch.frombuffer``), not a view of one large tensor: the writer serialises a tensor's whole
+    storage, and views of one block would each write the whole block. A save larger than the arena
+    adds a map for the excess. Reuse is safe because a save begins only after the previous one is
+    finalised, and its writer, which saw the maps at the fork (copy-on-write, private), has exited.
     """
 
-    def __init__(self, pinned: bool = False) -> None:
-        self.pinned = pinned
-        self._blocks: list[Any] = []
+    def __init__(self) -> None:
+        self._blocks: list[tuple[memoryview, Any]] = []  # (the map's bytes, a uint8 tensor over it)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -338,16 +338,21 @@ class HostStaging:
     def nbytes(self) -> int:
         """Bytes held."""
         self._join()
-        return sum(b.numel() for b in self._blocks)
+        return sum(len(mv) for mv, _ in self._blocks)
+
+    def block_ranges(self) -> list[tuple[int, int]]:
+        """(address, bytes) of each map (for tests and diagnostics)."""
+        self._join()
+        return [(t.data_ptr(), len(mv)) for mv, t in self._blocks]
 
     def reserve(self, nbytes: int, background: bool = True) -> None:
         """Allocate (and touch) ``nbytes`` of staging memory, in a background thread unless
-        ``background`` is false. Allocation failures surface as a warning at the first save, which
-        then stages into ordinary fresh memory."""
+        ``background`` is false. A failure surfaces as a warning at the next use, which then
+        allocates what it needs."""
         self._join()
-        if nbytes <= self.nbytes:
-            return
         need = nbytes - self.nbytes
+        if need <= 0:
+            return
         if not background:
             self._blocks.append(self._allocate(need))
             return
@@ -359,16 +364,19 @@ class HostStaging:
     def _reserve_in_thread(self, nbytes: int) -> None:
         try:
             self._blocks.append(self._allocate(nbytes))
-        except BaseException as exc:  # noqa: BLE001 - reported by the first save
+        except BaseException as exc:  # noqa: BLE001 - reported by the next use
             self._error = exc
 
-    def _allocate(self, nbytes: int) -> Any:
+    @staticmethod
+    def _allocate(nbytes: int) -> tuple[memoryview, Any]:
+        import mmap
+
         import torch
 
-        block = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.pinned)
-        if not self.pinned:
-            block.fill_(0)  # fault every page in now rather than during a save's copy
-        return block
+        view = memoryview(mmap.mmap(-1, nbytes))  # anonymous, private: copy-on-write at a fork
+        whole = torch.frombuffer(view, dtype=torch.uint8)
+        whole.fill_(0)  # fault every page in now rather than during a save's copy
+        return view, whole
 
     def _join(self) -> None:
         if self._thread is not None:
@@ -380,14 +388,14 @@ class HostStaging:
             exc, self._error = self._error, None
             warnings.warn(
                 f"zebractl: the checkpoint staging memory could not be allocated ahead "
-                f"({_first_line(exc)}); saves stage into fresh host memory",
+                f"({_first_line(exc)}); saves stage into memory allocated when they start",
                 RuntimeWarning,
                 stacklevel=3,
             )
 
     def copy(self, tensors: list[Any]) -> list[Any]:
-        """Host copies of ``tensors`` (views of the arena for the GPU tensors, CPU tensors as they
-        are), in order. Blocks until every copy has landed."""
+        """Host copies of ``tensors`` (tensors over the arena for the GPU tensors, CPU tensors as
+        they are), in order."""
         import torch
 
         self._join()
@@ -395,21 +403,23 @@ class HostStaging:
         sizes = [_aligned(t.numel() * t.element_size()) for t in staged]
         places, b, offset = [], 0, 0  # (block, offset) of each staged tensor, first fit in order
         for i, size in enumerate(sizes):
-            while b < len(self._blocks) and offset + size > self._blocks[b].numel():
+            while b < len(self._blocks) and offset + size > len(self._blocks[b][0]):
                 b, offset = b + 1, 0
             if b == len(self._blocks):  # out of room: one new block for this and all the rest
                 self._blocks.append(self._allocate(sum(sizes[i:])))
             places.append((b, offset))
             offset += size
-        views = {}
+        copies = {}
         for t, (b, offset) in zip(staged, places, strict=True):
             n = t.numel() * t.element_size()
-            view = self._blocks[b][offset : offset + n].view(t.dtype).view(t.shape)
-            view.copy_(t.detach(), non_blocking=self.pinned)
-            views[id(t)] = view
-        if self.pinned and staged:
-            torch.cuda.synchronize()
-        return [views.get(id(t), t) for t in tensors]
+            if n == 0:
+                host = torch.empty(t.shape, dtype=t.dtype)
+            else:
+                mv = self._blocks[b][0][offset : offset + n]
+                host = torch.frombuffer(mv, dtype=t.dtype).view(t.shape)
+                host.copy_(t.detach())
+            copies[id(t)] = host
+        return [copies.get(id(t), t) for t in tensors]
 
 
 def _aligned(n: int) -> int:
@@ -440,7 +450,7 @@ class AsyncSaver:
 
     def __init__(self, group: Any = None, staging: HostStaging | None = None) -> None:
         """``group``: the process group for the agreement (None: the default group);
-        ``staging``: the host memory saves stage into (None: a pageable arena of its own)."""
+        ``staging``: the host memory saves stage into (None: an arena of its own)."""
         import torch.distributed as dist
         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 

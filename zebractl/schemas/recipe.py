@@ -125,11 +125,6 @@ class CheckpointConfig(StrictModel):
     hashed (a crash meanwhile leaves an incomplete iter_N.tmp). Opt-in until a GPU run confirms that
     resuming from background saves of the Megatron engine is bitwise exact (CPU tests do). false:
     training waits for each save."""
-    host_staging: Literal["pageable", "pinned"] = "pageable"
-    """Host memory an asynchronous save copies the GPU state into (allocated once while training
-    starts, reused by every save): pageable (ordinary memory) or pinned (page-locked: faster
-    device-to-host copies, the same amount of memory locked for the whole run). Read only with
-    async_save and a GPU."""
 
 
 class LoggingConfig(StrictModel):

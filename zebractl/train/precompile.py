@@ -19,8 +19,10 @@ without it; :meth:`Precompile.join` (before the first step) waits for it. Off wi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +37,16 @@ class Precompile:
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     error: BaseException | None = None
+    helpers: list[threading.Thread] = field(default_factory=list)
+    """Threads that build TileLang kernels (see :func:`tilelang_builds`)."""
 
     def join(self) -> str:
         """Wait for the thread; one line for the log (how long it took, how long the main thread
         waited for it, or why it failed: the first step then compiles what is missing)."""
         t0 = time.perf_counter()
         self.thread.join()
+        for helper in self.helpers:
+            helper.join()
         waited = time.perf_counter() - t0
         if self.error is not None:
             first = (str(self.error).strip().splitlines() or [type(self.error).__name__])[0]
@@ -65,25 +71,82 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
     except Exception:  # noqa: BLE001 - FLA missing: the trainer reports that itself
         return None
     job = Precompile(threading.Thread(name="zebractl-precompile", daemon=True, target=lambda: None))
+    for build in tilelang_builds(cfg):  # nvcc in threads of their own, beside the Triton compiles
+
+        def helper(build=build) -> None:
+            build()
+            job.finished = max(job.finished or 0.0, time.perf_counter())
+
+        job.helpers.append(threading.Thread(name="zebractl-tilelang", daemon=True, target=helper))
+        job.helpers[-1].start()
+
+    def wait_for_helpers(kind: str) -> None:
+        # TileLang does not share a compilation in flight: a second request would compile again
+        if kind == "kda":
+            for helper in job.helpers:
+                helper.join()
 
     def target() -> None:
         try:
-            exercise(cfg, device)
+            exercise(cfg, device, wait_for_helpers)
         except BaseException as exc:  # noqa: BLE001 - reported by join(); the step compiles then
             job.error = exc
         finally:
-            job.finished = time.perf_counter()
+            job.finished = max(job.finished or 0.0, time.perf_counter())
 
     job.thread = threading.Thread(name="zebractl-precompile", daemon=True, target=target)
     job.thread.start()
     return job
 
 
-def exercise(cfg: RunConfig, device: Any) -> None:
+def tilelang_builds(cfg: RunConfig) -> list[Any]:
+    """Zero-argument builders of the TileLang kernels FLA will compile for ``cfg``'s training step.
+
+    FLA 0.6.0 runs KDA's fused backward (``chunk_kda_bwd_wy_dqkg_fused``) as a TileLang kernel
+    whenever its TileLang backend can be used (tilelang and nvcc present, not disabled by
+    ``FLA_TILELANG=0``) and k and v have as many heads; the kernel is specialised on the batch size,
+    the head counts and dims, and compiled (33 s of nvcc on the H200 machine) the first time. Built
+    here with the arguments FLA's wrapper derives (fla/ops/kda/backends/tilelang/chunk_bwd_dqkg.py),
+    in a thread of its own, it lands in TileLang's cache while the precompile thread runs the
+    Triton kernels, and FLA's own call finds it there. Anything unexpected (another FLA version, a
+    changed signature) leaves the list empty: FLA then compiles the kernel itself as before."""
+    if "kda" not in cfg.model.sublayers:
+        return []
+    try:
+        import triton
+        from fla.backends import _DISPATCH_DISABLED, TileLangBackend
+        from fla.ops.kda.backends.tilelang.chunk_bwd_dqkg import _build_kda_bwd_kernel
+        from fla.utils import check_shared_mem
+
+        if _DISPATCH_DISABLED or not TileLangBackend.can_use():
+            return []
+        d = cfg.model.linear_attention_dims("kda")
+        if d.num_v_heads != d.num_heads:  # FLA's TileLang kernel refuses GQA: Triton runs it
+            return []
+        k, v = d.head_k_dim, d.head_v_dim
+        tiling = 64 if check_shared_mem() else 32
+        bk = min(max(triton.next_power_of_2(k), 16), tiling)
+        bv = min(max(triton.next_power_of_2(v), 16), tiling)
+        args = (cfg.batch.micro, d.num_heads, k, v, 64, bk, bv, k, v, "bfloat16", False, False)
+    except Exception:  # noqa: BLE001 - best effort: FLA compiles it on first use otherwise
+        return []
+
+    def build() -> None:
+        # on failure FLA compiles it itself at the first backward
+        with contextlib.suppress(Exception):
+            _build_kda_bwd_kernel(*args, num_warps=8 if k <= 64 else 4)
+
+    return [build]
+
+
+def exercise(
+    cfg: RunConfig, device: Any, before_backward: Callable[[str], None] | None = None
+) -> None:
     """One training forward + backward and one evaluation forward of each distinct recurrent mixer
     of ``cfg.model``, a pre-norm with its residual add and the LM-head loss, at the run's shapes and
     dtypes, on throwaway weights (see the module docstring). Leaves the process's random state and
-    every module of the run alone; works on any device (the tests run it on CPU)."""
+    every module of the run alone; works on any device (the tests run it on CPU).
+    ``before_backward(kind)`` is called before each mixer's backward."""
     import torch
 
     from zebractl.model import ops
@@ -118,13 +181,7 @@ def exercise(cfg: RunConfig, device: Any) -> None:
 
     kinds = [k for k in dict.fromkeys(m.sublayers) if k in MIXERS]
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        for kind in kinds:
-            mixer = throwaway(lambda kind=kind: MIXERS[kind](m, opts))
-            x = activations(b, t, h)
-            mixer(x).sum().backward()
-            with torch.no_grad():
-                mixer(x)
-            del mixer, x
+        # the norms and the loss first: meanwhile the TileLang helper compiles KDA's backward
         norm = throwaway(lambda: Norm(h, m.norm.eps, m.norm.type, opts))
         x, residual = activations(b, t, h), activations(b, t, h)
         y, r = norm.add(x, residual)  # every pre-norm but the first
@@ -135,5 +192,16 @@ def exercise(cfg: RunConfig, device: Any) -> None:
         ops.lm_loss(opts, hidden, weight, labels).backward()
         with torch.no_grad():
             ops.lm_loss(opts, hidden, weight, labels)
+        del norm, x, residual, y, r, weight, labels, hidden
+        for kind in kinds:
+            mixer = throwaway(lambda kind=kind: MIXERS[kind](m, opts))
+            x = activations(b, t, h)
+            out = mixer(x).sum()
+            if before_backward is not None:
+                before_backward(kind)  # e.g. wait for a kernel another thread is compiling
+            out.backward()
+            with torch.no_grad():
+                mixer(x)
+            del mixer, x, out
     if device.type == "cuda":
         torch.cuda.synchronize(device)

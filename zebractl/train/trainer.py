@@ -236,9 +236,8 @@ class Trainer:
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
         if cfg.checkpoint.async_save:
-            cuda = self.device.type == "cuda"
-            staging = ckpt.HostStaging(pinned=cfg.checkpoint.host_staging == "pinned" and cuda)
-            if cuda:  # room for a whole save, allocated while training starts
+            staging = ckpt.HostStaging()
+            if self.device.type == "cuda":  # room for a whole save, allocated while training starts
                 staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
             self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
         self._resume()
