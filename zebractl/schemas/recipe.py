@@ -105,7 +105,10 @@ class ParallelismConfig(StrictModel):
     """Context-parallel size."""
     distributed_optimizer: bool = False
     """Shard the fp32 main parameters and Adam state across data-parallel ranks (ZeRO-1; needs
-    optimizer.impl megatron). Checkpoints hold megatron's per-bucket shards (dp_reshardable)."""
+    optimizer.impl megatron). Checkpoints hold megatron's per-bucket shards (dp_reshardable).
+    Known issue: resuming such a checkpoint does not yet restore the optimizer state exactly (the
+    H200 test's resumed losses diverge at the first update after the resume); `zebractl train`
+    warns when it is on."""
 
 
 class CheckpointConfig(StrictModel):

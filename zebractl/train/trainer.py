@@ -168,8 +168,10 @@ class Trainer:
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
         if p.distributed_optimizer:
             self.console(
-                "note: parallelism.distributed_optimizer is new in this version: it trains and "
-                "saves, but resuming its checkpoints bitwise is not yet verified on a GPU"
+                "warning: parallelism.distributed_optimizer trains, but resuming its checkpoints "
+                "does not yet restore the optimizer state exactly: on the H200 the resumed run's "
+                "losses left the uninterrupted run's at the first update after the resume. Until "
+                "that is fixed, prefer distributed_optimizer: false for runs that will resume"
             )
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
         if p.num_gpus != self.world:
