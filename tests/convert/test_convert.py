@@ -1,8 +1,10 @@
-"""`zebractl convert` + `zebractl verify` on tiny runs (CPU): FLA exports of pure KDA / GDN models.
+"""`zebractl convert` + `zebractl verify` on tiny runs (CPU): FLA exports of pure KDA / GDN models
+and ``ZebraForCausalLM`` (zebractl.hf) exports of every layout (hybrid, pure Mamba2, pure KDA).
 
 Each tiny model trains a few steps on the demo corpus; the export is checked by `verify`'s four tiers
-(tier 3's tolerance: max rel logit error 1e-5 in fp32, see zebractl.convert.verify), loaded by FLA's
-own class in a fresh process, and damaged on purpose to see `verify` fail at the right tier.
+(tier 3's tolerance: max rel logit error 1e-5 in fp32, see zebractl.convert.verify), loaded by its
+class in a fresh process (and generates there), and damaged on purpose to see `verify` fail at the
+right tier.
 """
 
 from __future__ import annotations
@@ -40,14 +42,23 @@ def trained(tmp_path_factory, fast):
     return get
 
 
-@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
-def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe):
+EXPORTS = [
+    ("tiny_kda", "auto", "fla"),
+    ("tiny_gdn", "auto", "fla"),
+    ("tiny_hybrid", "auto", "zebra"),
+    ("tiny_mamba", "auto", "zebra"),
+    ("tiny_kda", "zebra", "zebra"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "fmt", "written"), EXPORTS)
+def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, fmt, written):
     run = trained(recipe)
     out = tmp_path / "hf"
-    r = cli("convert", str(run), str(out), "--dtype", "fp32", "--json")
+    r = cli("convert", str(run), str(out), "--dtype", "fp32", "--format", fmt, "--json")
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
-    assert report["iteration"] == 3 and report["format"] == "fla"
+    assert report["iteration"] == 3 and report["format"] == written
     assert {
         "config.json",
         "generation_config.json",
@@ -64,18 +75,30 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe):
     assert doc["ok"] and [t["status"] for t in doc["tiers"]] == ["pass"] * 4
     assert doc["tiers"][2]["metrics"]["max_rel_err"] <= 1e-5
 
-    # FLA's own class loads it in a fresh process: no missing or unexpected keys
+    # its class loads it in a fresh process (after the import the model card names): no missing
+    # or unexpected keys; and it generates there
+    register = "fla" if written == "fla" else "zebractl.hf"
+    assert f"import {register}" in (out / "README.md").read_text()
     code = (
-        "import fla, sys, torch\n"
-        "from transformers import AutoModelForCausalLM\n"
+        f"import {register}, sys, torch\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
         "m, info = AutoModelForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)\n"
         "bad = [*info['missing_keys'], *info['unexpected_keys']]\n"
         "print(type(m).__name__, sorted(bad))\n"
+        "ids = AutoTokenizer.from_pretrained(sys.argv[1])('The cat', return_tensors='pt').input_ids\n"
+        "out = m.generate(ids, max_new_tokens=4, do_sample=False, use_cache=False, pad_token_id=0)\n"
+        "print('generated', out.shape[1] - ids.shape[1])\n"
         "sys.exit(1 if bad else 0)\n"
     )
+    if written == "fla":  # FLA's classes on CPU: through FLA's references
+        code = code.replace(
+            "out = m.generate",
+            "from zebractl.convert.fla_reference import on_cpu\n"
+            "with on_cpu():\n    out = m.generate",
+        )
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "ForCausalLM []" in p.stdout
+    assert "ForCausalLM []" in p.stdout and "generated 4" in p.stdout, p.stdout
 
 
 def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp_path):
@@ -90,36 +113,42 @@ def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp
     assert [t.status for t in tiers[:2]] == ["pass", "pass"], tiers
 
 
-def _damaged(tmp_path, trained, how):
+def _damaged(tmp_path, trained, how, recipe="tiny_kda"):
     from safetensors.torch import load_file, save_file
 
     from zebractl.convert.hf import export_hf
 
-    run = trained("tiny_kda")
+    run = trained(recipe)
     out = tmp_path / "hf"
     export_hf(run, out, dtype="fp32", console=lambda s: None)
     f = out / "model.safetensors"
     sd = load_file(f)
+    # tiny_hybrid's block 0 is its MLA (DeepSeek-V3 names), the others KDA (FLA's names)
+    k = "model.layers.0.attn.kv_b_proj.weight" if recipe == "tiny_hybrid" else None
+    k = k or "model.layers.0.attn.q_proj.weight"
     if how == "perturbed":
-        k = "model.layers.0.attn.q_proj.weight"
         sd[k] = sd[k].clone()
         sd[k][0, 0] += 1e-3
         save_file(sd, f, {"format": "pt"})
     elif how == "renamed":
-        sd["model.layers.0.attn.q_proj.weightX"] = sd.pop("model.layers.0.attn.q_proj.weight")
+        sd[k + "X"] = sd.pop(k)
         save_file(sd, f, {"format": "pt"})
     else:
         c = json.loads((out / "config.json").read_text())
-        c["norm_eps"] = c["norm_eps"] * 10
+        if "zebractl_model" in c and c.get("model_type") == "zebra":
+            c["zebractl_model"]["norm"]["eps"] *= 10  # ZebraConfig's source of truth
+        else:
+            c["norm_eps"] = c["norm_eps"] * 10
         (out / "config.json").write_text(json.dumps(c))
     return run, out
 
 
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_hybrid"])
 @pytest.mark.parametrize(
     ("how", "tier"), [("perturbed", "weights"), ("renamed", "structure"), ("eps", "structure")]
 )
-def test_a_damaged_export_fails_at_the_right_tier(cli, trained, tmp_path, how, tier):
-    run, out = _damaged(tmp_path, trained, how)
+def test_a_damaged_export_fails_at_the_right_tier(cli, trained, tmp_path, how, tier, recipe):
+    run, out = _damaged(tmp_path, trained, how, recipe)
     v = cli("verify", str(run), str(out), "--json")
     assert v.exit_code == 3, v.output
     doc = json.loads(v.stdout)
@@ -145,12 +174,12 @@ def test_convert_refuses_what_it_cannot_do(cli, trained, tmp_path):
     r = cli("convert", str(tmp_path / "nothing"), str(tmp_path / "o2"))
     assert r.exit_code == 2 and "no such run directory" in r.stderr
     hybrid = trained("tiny_hybrid")
-    r = cli("convert", str(hybrid), str(tmp_path / "o3"))
-    assert r.exit_code == 2 and "zebra format" in r.stderr
+    r = cli("convert", str(hybrid), str(tmp_path / "o3"), "--format", "fla")
+    assert r.exit_code == 2 and "FLA has classes for pure KDA and pure GDN" in r.stderr
     assert not (tmp_path / "o3").exists()
 
 
-@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_import_back_and_init_from_give_the_first_loss_of_the_original(
     cli, fast, trained, tmp_path, recipe
 ):
@@ -229,10 +258,10 @@ def test_verify_names_a_damaged_file_with_exit_2(cli, trained, tmp_path, damage)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
-    """The GPU tier: a bf16 export, our model and FLA's class on their CUDA kernels (tolerance
-    2e-2 relative on the logits)."""
+    """The GPU tier: a bf16 export, our model and its class (FLA's, or ZebraForCausalLM for the
+    hybrid and Mamba2) on their CUDA kernels (tolerance 2e-2 relative on the logits)."""
     from zebractl.convert.hf import export_hf
     from zebractl.convert.verify import verify
 

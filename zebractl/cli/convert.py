@@ -30,14 +30,16 @@ def convert(
     fmt: str = typer.Option(
         "auto",
         "--format",
-        help="auto | fla (pure KDA/GDN: FLA's classes) | zebra (not available yet).",
+        help="auto (fla where FLA has a class, else zebra) | fla (pure KDA/GDN: FLA's classes) | "
+        "zebra (any model: zebractl.hf's ZebraForCausalLM).",
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Export a checkpoint to a Hugging Face folder (safetensors, config, tokenizer, model card), or
     (--to megatron) import a Hugging Face folder into a checkpoint for `train --init-from`.
 
-    Pure KDA and GDN models become FLA's KDAForCausalLM / GatedDeltaNetForCausalLM: `import fla`, then
+    Pure KDA and GDN models become FLA's KDAForCausalLM / GatedDeltaNetForCausalLM (`import fla`),
+    hybrids and Mamba2 zebractl's ZebraForCausalLM (`import zebractl.hf`); then
     `AutoModelForCausalLM.from_pretrained(OUTPUT)`. Check the result with `zebractl verify`.
     """
     from zebractl.config.errors import ConfigError

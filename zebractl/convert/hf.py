@@ -1,4 +1,6 @@
-"""Export a zebractl checkpoint to a Hugging Face folder (FLA's classes for pure KDA / GDN models).
+"""Export a zebractl checkpoint to a Hugging Face folder: FLA's classes for pure KDA / GDN models
+(format ``fla``), zebractl's own ``ZebraForCausalLM`` (:mod:`zebractl.hf`, format ``zebra``) for every
+layout, hybrids and pure Mamba2 included.
 
 ``export_hf(SOURCE, OUTPUT)``: SOURCE is a run directory (its newest complete checkpoint, or
 ``iteration``), its checkpoints folder or one checkpoint folder inside a run. The weights are read
@@ -9,8 +11,7 @@ above ``max_shard_bytes``), with FLA's ``config.json``, ``generation_config.json
 data was prepared with (the dataset's ``tokenizer/``) and a model card. The folder is written under
 ``OUTPUT.tmp`` and renamed into place at the end: a crash never leaves a folder that looks complete.
 
-Hybrids and pure Mamba2 have no FLA class; their ``zebra`` format (``zebractl.hf``) is not built yet
-and is refused (exit 2).
+``--format auto`` picks ``fla`` where FLA has a class (pure KDA, pure GDN) and ``zebra`` elsewhere.
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def open_source(path: Path, iteration: int | None = None) -> Source:
     return Source(root, cfg, record.recipe, record.provenance, found)
 
 
-def load_state(src: Source) -> dict[str, Tensor]:
-    """The checkpoint's model weights (fp32, CPU), by our (megatron) names."""
+def load_model(src: Source) -> Any:
+    """The checkpoint's model on CPU, in the dtype its engine held it (torch kernels)."""
     from zebractl.model.model import build_model
     from zebractl.run.checkpoint import load_weights
     from zebractl.runtime import dist
@@ -117,6 +118,11 @@ def load_state(src: Source) -> dict[str, Tensor]:
             src.cfg.model, kernels=kernels, device="cpu", seed=src.cfg.seed, params_dtype=dtype
         )
         load_weights(src.checkpoint.folder, model)
+    return model
+
+
+def model_state(model: Any) -> dict[str, Tensor]:
+    """A model's weights (fp32, CPU), by our (megatron) names."""
     return {
         k: v.detach().float()
         for k, v in model.state_dict().items()
@@ -124,10 +130,37 @@ def load_state(src: Source) -> dict[str, Tensor]:
     }
 
 
+def load_state(src: Source) -> dict[str, Tensor]:
+    """The checkpoint's model weights (fp32, CPU), by our (megatron) names."""
+    return model_state(load_model(src))
+
+
+def mla_rope(model: Any) -> dict[str, Any] | None:
+    """MLA's rotary frequencies, their scale and the softmax scale as a built model computes them
+    (``ZebraConfig.mla_rope``); None without MLA. Every MLA sublayer of a model has the same."""
+    for layer in model.decoder.layers:
+        attn = getattr(layer, "self_attention", None)
+        if attn is not None:
+            table = attn.rotary_pos_emb  # zebractl.model.attention.RotaryTable
+            return {
+                "inv_freq": [float(x) for x in table._inv_freq.tolist()],
+                "mscale": float(table.mscale),
+                "softmax_scale": float(attn.softmax_scale),
+            }
+    return None
+
+
+def zebra_config(m: Any, rope: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``ZebraConfig`` values that define the model (checked by verify and import)."""
+    return {"model_type": "zebra", ZEBRACTL_KEY: m.model_dump(mode="json"), "mla_rope": rope}
+
+
 def export_format(cfg: RunConfig, fmt: str) -> str:
-    """``fla`` for pure KDA / GDN (``auto`` or ``fla``); refuse what cannot be written yet."""
+    """``fla`` or ``zebra`` for ``--format`` (``auto``: FLA's class where there is one)."""
     from zebractl.convert import mapping
 
+    if fmt not in ("auto", *mapping.FORMATS):
+        raise ConfigError(f"--format {fmt}: expected auto, fla or zebra")
     try:
         fam = mapping.family(cfg.model)
     except mapping.MappingError:
@@ -135,15 +168,15 @@ def export_format(cfg: RunConfig, fmt: str) -> str:
     if fmt == "fla" and fam is None:
         raise ConfigError(
             f"--format fla: FLA has classes for pure KDA and pure GDN models only; this model's "
-            f"blocks are {sorted(set(cfg.model.blocks))}"
+            f"blocks are {sorted(set(cfg.model.blocks))} (use --format zebra or auto)"
         )
-    if fmt == "zebra" or fam is None:
+    m = cfg.model
+    if (fmt == "zebra" or fam is None) and (m.norm.type != "rmsnorm" or m.linear_bias):
         raise ConfigError(
-            "the zebra format (zebractl.hf's ZebraForCausalLM, for hybrids and Mamba2) is not "
-            "available yet in this version; pure KDA and GDN models export to FLA's classes "
-            "(--format fla)"
+            "--format zebra: ZebraForCausalLM holds rmsnorm models without linear biases; this "
+            f"model has norm.type {m.norm.type} and linear_bias {str(m.linear_bias).lower()}"
         )
-    return "fla"
+    return fmt if fmt != "auto" else ("fla" if fam is not None else "zebra")
 
 
 @dataclass
@@ -266,16 +299,29 @@ def _peak_rss_gib() -> float | None:
         return None
 
 
-def model_card(src: Source, res: ExportResult, fla_class: str) -> str:
+def model_card(src: Source, res: ExportResult, model_class: str, fmt: str = "fla") -> str:
     m = src.cfg.model
     tokens = src.checkpoint.marker.consumed_samples * src.cfg.data.seq_length
     loss = _final_loss(src.run_root, src.iteration)
     prov = "\n".join(
         f"| `{k}` | {v} |" for k, v in sorted(src.provenance.items()) if v != "default"
     )
+    if fmt == "fla":
+        arch = f"FLA `{model_class}`"
+        register = "import fla  # registers FLA's model classes with transformers"
+        note = "FLA's kernels need a CUDA GPU"
+    else:
+        arch = f"zebractl `{model_class}` (`zebractl.hf`; blocks {res.architecture})"
+        register = (
+            "import zebractl.hf  # registers ZebraConfig / ZebraForCausalLM with transformers"
+        )
+        note = (
+            "It runs FLA's kernels on a CUDA GPU and zebractl's PyTorch references on CPU; "
+            "`generate` recomputes the sequence at every step (no cache yet)"
+        )
     return f"""---
 library_name: transformers
-tags: [zebractl, flash-linear-attention, {res.architecture}]
+tags: [zebractl, flash-linear-attention, {res.architecture.replace("+", ", ")}]
 ---
 # {src.recipe} — iteration {src.iteration}
 
@@ -283,7 +329,7 @@ tags: [zebractl, flash-linear-attention, {res.architecture}]
 
 | | |
 |---|---|
-| architecture | FLA `{fla_class}` ({m.num_blocks} blocks, hidden {m.hidden_size}) |
+| architecture | {arch} ({m.num_blocks} blocks, hidden {m.hidden_size}) |
 | parameters | {res.parameters:,} |
 | dtype | {res.dtype} |
 | iteration | {src.iteration} |
@@ -294,14 +340,14 @@ tags: [zebractl, flash-linear-attention, {res.architecture}]
 ## Load
 
 ```python
-import fla  # registers FLA's model classes with transformers
+{register}
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 model = AutoModelForCausalLM.from_pretrained("{res.output.name}")
 tokenizer = AutoTokenizer.from_pretrained("{res.output.name}")
 ```
 
-FLA's kernels need a CUDA GPU; `zebractl verify` checks this folder against the checkpoint.
+{note}; `zebractl verify` checks this folder against the checkpoint.
 
 ## Recipe (values not at their defaults, with where they were set)
 
@@ -333,10 +379,12 @@ def export_hf(
     src = open_source(source, iteration)
     fmt = export_format(src.cfg, fmt)
     m = src.cfg.model
-    fam = mapping.family(m)
     console(f"reading {src.checkpoint.folder} (iteration {src.iteration})")
+    model = load_model(src)
+    rope = mla_rope(model)
     # the vocabulary's padding rows are kept: the export computes exactly the trained softmax
-    theirs = mapping.to_fla(load_state(src), m, keep_padding=True)
+    theirs = mapping.to_hf(model_state(model), m, fmt, keep_padding=True)
+    del model
     dt = DTYPES[dtype]
     theirs = {k: v.to(dt).contiguous() for k, v in theirs.items()}
 
@@ -345,18 +393,27 @@ def export_hf(
     tmp.mkdir(parents=True)
     shards = write_safetensors(theirs, tmp, max_shard_bytes)
 
-    import fla.models as fm
     from transformers import GenerationConfig
 
-    config_cls, model_cls = FLA_CLASSES[fam]
     data = dataset_dir(src.cfg)
     tok_dir = data / "tokenizer" if data is not None and (data / "tokenizer").is_dir() else None
     ids = _token_ids(tok_dir) if tok_dir is not None else {}
-    config = getattr(fm, config_cls)(
-        **mapping.fla_config(m, keep_padding=True),
-        **ids,
-        **{ZEBRACTL_KEY: m.model_dump(mode="json")},
-    )
+    if fmt == "fla":
+        import fla.models as fm
+
+        fam = mapping.family(m)
+        config_cls, model_cls = FLA_CLASSES[fam]
+        config = getattr(fm, config_cls)(
+            **mapping.fla_config(m, keep_padding=True),
+            **ids,
+            **{ZEBRACTL_KEY: m.model_dump(mode="json")},
+        )
+    else:
+        from zebractl.hf import ZebraConfig
+
+        fam = architecture(m)
+        model_cls = "ZebraForCausalLM"
+        config = ZebraConfig(**{ZEBRACTL_KEY: m.model_dump(mode="json")}, mla_rope=rope, **ids)
     config.architectures = [model_cls]
     config.dtype = HF_DTYPE_NAMES[dt]
     config.save_pretrained(tmp)
@@ -381,7 +438,7 @@ def export_hf(
         seconds=0.0,
         peak_rss_gib=None,
     )
-    (tmp / "README.md").write_text(model_card(src, res, model_cls))
+    (tmp / "README.md").write_text(model_card(src, res, model_cls, fmt))
     if output.exists():
         output.rmdir()  # empty (checked above)
     tmp.rename(output)
@@ -413,12 +470,47 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+def folder_format(config: dict[str, Any]) -> str:
+    """``zebra`` for a ``ZebraConfig`` folder, else ``fla``."""
+    return "zebra" if config.get("model_type") == "zebra" else "fla"
+
+
+def architecture(m: Any) -> str:
+    """``kda`` / ``gdn`` for pure models, else the block kinds joined (``mla+kda``)."""
+    from zebractl.convert import mapping
+
+    try:
+        return mapping.family(m)
+    except mapping.MappingError:
+        return "+".join(dict.fromkeys(m.blocks))
+
+
+def model_differences(theirs: Any, ours: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys where an embedded model config differs from the model's."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        out = []
+        for k in sorted(set(theirs) | set(ours)):
+            out += model_differences(theirs.get(k), ours.get(k), f"{prefix}{k}.")
+        return out
+    return [] if theirs == ours else [f"{prefix[:-1]} is {theirs!r}, the model's is {ours!r}"]
+
+
 def check_fits(folder: Path, m: Any) -> None:
-    """Refuse (exit 2) a folder whose FLA config is not this model's, naming every difference."""
+    """Refuse (exit 2) a folder whose config is not this model's, naming every difference."""
     from zebractl.convert import mapping
     from zebractl.convert.verify import config_problems
 
     config = _read_config(folder)
+    if folder_format(config) == "zebra":
+        embedded = config.get(ZEBRACTL_KEY)
+        problems = (
+            model_differences(embedded, m.model_dump(mode="json"))
+            if isinstance(embedded, dict)
+            else [f"config.json has no {ZEBRACTL_KEY}"]
+        )
+        if problems:
+            raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems[:8]))
+        return
     try:  # FLA's own checkpoints have the tokenizer's rows, ours keep the padding rows too
         expected = mapping.fla_config(m, config.get("vocab_size") == m.padded_vocab_size)
     except mapping.MappingError as exc:
@@ -462,8 +554,9 @@ def load_hf_state(folder: Path, m: Any) -> dict[str, Tensor]:
     """An HF folder's weights by our names (padding rows of the vocabulary zero-filled)."""
     from zebractl.convert import mapping
 
+    fmt = folder_format(_read_config(Path(folder)))
     try:
-        return mapping.from_fla(read_safetensors(Path(folder)), m)
+        return mapping.from_hf(read_safetensors(Path(folder)), m, fmt)
     except mapping.MappingError as exc:
         raise ConfigError(f"{folder}: {exc}") from None
 
@@ -495,7 +588,6 @@ def import_hf(
     """Write an HF folder (ours or FLA's) as a zebractl checkpoint folder for ``--init-from``:
     ``OUTPUT/iter_0000000`` (megatron torch_dist, weights only, with its marker)."""
     from zebractl import __version__
-    from zebractl.convert import mapping
     from zebractl.model.model import build_model
     from zebractl.run import checkpoint as ckpt
     from zebractl.run.records import CheckpointMarker
@@ -513,7 +605,7 @@ def import_hf(
         raise ConfigError(f"{output}: exists and is not an empty folder; choose a new output")
     m = hf_model_config(folder, preset)
     sd = load_hf_state(folder, m)
-    console(f"writing {output} ({mapping.family(m)}, {len(sd)} tensors)")
+    console(f"writing {output} ({architecture(m)}, {len(sd)} tensors)")
     marker = CheckpointMarker(iteration=0, consumed_samples=0, zebractl_version=__version__)
     with dist.scoped():  # megatron's writer needs a process group; none is left behind
         model = build_model(m, kernels=None, device="cpu")
@@ -523,7 +615,7 @@ def import_hf(
     return ImportResult(
         output=output,
         checkpoint=final,
-        architecture=mapping.family(m),
+        architecture=architecture(m),
         tensors=len(sd),
         parameters=sum(v.numel() for v in sd.values()),
         seconds=time.perf_counter() - t0,

@@ -6,7 +6,12 @@ Each source tensor is consumed exactly once and each target produced exactly onc
 error listing the offenders. Embedding rows beyond the tokenizer vocabulary (padding) are dropped on
 export and zero-filled on import.
 
-FLA classes: ``KDAForCausalLM`` (pure KDA) and ``GatedDeltaNetForCausalLM`` (pure GDN).
+Two targets (``fmt``): ``fla``, FLA's classes ``KDAForCausalLM`` (pure KDA) and
+``GatedDeltaNetForCausalLM`` (pure GDN); ``zebra``, :mod:`zebractl.hf`'s ``ZebraForCausalLM`` for
+every layout: block i is ``model.layers.{i}`` with ``attn_norm`` / ``attn`` (the mixer or the MLA) /
+``mlp_norm`` / ``mlp``; KDA and GDN blocks have FLA's names (the same tables), Mamba2 blocks FLA's
+Mamba2 layer names, MLA blocks transformers' DeepSeek-V3 attention names (pure renames of megatron's;
+megatron and DeepSeek-V3 order the rope dims alike).
 """
 
 from __future__ import annotations
@@ -101,6 +106,45 @@ GDN_BLOCK = _delta_rule_block(
     "gdn", ("q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"), gdn_in_proj_rows
 )
 
+_S = "decoder.layers.{mixer}.self_attention."
+MAMBA2_BLOCK: tuple[Entry, ...] = (
+    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
+    *(
+        Rename(_M + n, _A + n)
+        for n in (
+            "in_proj.weight",
+            "conv1d.weight",
+            "conv1d.bias",
+            "A_log",
+            "D",
+            "dt_bias",
+            "norm.weight",
+            "out_proj.weight",
+        )
+    ),
+    *_MLP,
+)
+_MLA_COMMON: tuple[Entry, ...] = (
+    Rename("decoder.layers.{mixer}.input_layernorm.weight", "model.layers.{i}.attn_norm.weight"),
+    Rename(_S + "linear_kv_down_proj.weight", _A + "kv_a_proj_with_mqa.weight"),
+    Rename(_S + "kv_layernorm.weight", _A + "kv_a_layernorm.weight"),
+    Rename(_S + "linear_kv_up_proj.weight", _A + "kv_b_proj.weight"),
+    Rename(_S + "linear_proj.weight", _A + "o_proj.weight"),
+    *_MLP,
+)
+MLA_BLOCK_LORA: tuple[Entry, ...] = (
+    Rename(_S + "linear_q_down_proj.weight", _A + "q_a_proj.weight"),
+    Rename(_S + "q_layernorm.weight", _A + "q_a_layernorm.weight"),
+    Rename(_S + "linear_q_up_proj.weight", _A + "q_b_proj.weight"),
+    *_MLA_COMMON,
+)
+"""MLA with a low-rank query (``q_lora_rank`` set)."""
+MLA_BLOCK_FULL: tuple[Entry, ...] = (
+    Rename(_S + "linear_q_proj.weight", _A + "q_proj.weight"),
+    *_MLA_COMMON,
+)
+"""MLA with a full-rank query projection (``q_lora_rank: null``)."""
+
 GLOBAL: tuple[Entry, ...] = (
     Vocab("embedding.word_embeddings.weight", "model.embeddings.weight"),
     Rename("decoder.final_norm.weight", "model.norm.weight"),
@@ -125,16 +169,40 @@ def family(m: ModelConfig) -> str:
     )
 
 
-def _entries(m: ModelConfig) -> list[tuple[Entry, dict[str, int]]]:
-    block = FAMILIES[family(m)]
+FORMATS = ("fla", "zebra")
+
+
+def _block_table(m: ModelConfig, kind: str) -> tuple[Entry, ...]:
+    if kind == "mla":
+        assert m.mla is not None
+        return MLA_BLOCK_LORA if m.mla.q_lora_rank is not None else MLA_BLOCK_FULL
+    return {"kda": KDA_BLOCK, "gdn": GDN_BLOCK, "mamba2": MAMBA2_BLOCK}[kind]
+
+
+def _applies(m: ModelConfig, kind: str, e: Entry) -> bool:
+    """Entries that exist only with an option: the delta-rule short convolution, Mamba2's conv
+    bias."""
+    if kind in ("kda", "gdn") and e.ours == _CONV:
+        return getattr(m, kind).use_short_conv
+    if kind == "mamba2" and e.ours == _M + "conv1d.bias":
+        return m.mamba2 is not None and m.mamba2.conv_bias
+    return True
+
+
+def _entries(m: ModelConfig, fmt: str = "fla") -> list[tuple[Entry, dict[str, int]]]:
+    if fmt == "fla":
+        kinds = [family(m)] * m.num_blocks
+    elif fmt == "zebra":
+        kinds = [m.sublayers[2 * i] for i in range(m.num_blocks)]
+    else:
+        raise MappingError(f"unknown conversion format {fmt!r} (expected one of {FORMATS})")
     out: list[tuple[Entry, dict[str, int]]] = [(e, {}) for e in GLOBAL]
     if not m.tie_embeddings:
         out += [(e, {}) for e in UNTIED]
-    for i in range(m.num_blocks):
-        out += [(e, {"i": i, "mixer": 2 * i, "mlp": 2 * i + 1}) for e in block]
-    # conv entries exist only with the short convolution
-    conv = getattr(m, family(m)).use_short_conv
-    return [(e, ix) for e, ix in out if conv or e.ours != _CONV]
+    for i, kind in enumerate(kinds):
+        ix = {"i": i, "mixer": 2 * i, "mlp": 2 * i + 1}
+        out += [(e, ix) for e in _block_table(m, kind) if _applies(m, kind, e)]
+    return out
 
 
 def _take(sd: dict[str, Tensor], key: str, used: set[str]) -> Tensor:
@@ -151,7 +219,19 @@ def _check_consumed(sd: dict[str, Any], used: set[str], side: str) -> None:
 
 
 def to_fla(sd: dict[str, Tensor], m: ModelConfig, keep_padding: bool = False) -> dict[str, Tensor]:
-    """Our state dict (``_extra_state`` entries ignored) -> FLA HF state dict.
+    """Our state dict -> FLA's (see :func:`to_hf`)."""
+    return to_hf(sd, m, "fla", keep_padding)
+
+
+def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
+    """FLA's state dict -> ours (see :func:`from_hf`)."""
+    return from_hf(sd, m, "fla")
+
+
+def to_hf(
+    sd: dict[str, Tensor], m: ModelConfig, fmt: str = "fla", keep_padding: bool = False
+) -> dict[str, Tensor]:
+    """Our state dict (``_extra_state`` entries ignored) -> the HF state dict of ``fmt``.
 
     ``keep_padding``: keep the vocabulary's padding rows (the export then has
     ``padded_vocab_size`` rows and computes exactly our softmax; see :func:`fla_config`)."""
@@ -159,7 +239,7 @@ def to_fla(sd: dict[str, Tensor], m: ModelConfig, keep_padding: bool = False) ->
     sd = {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
     out: dict[str, Tensor] = {}
     used: set[str] = set()
-    for e, ix in _entries(m):
+    for e, ix in _entries(m, fmt):
         ours = e.ours.format(**ix)
         t = _take(sd, ours, used)
         if isinstance(e, Rename):
@@ -177,8 +257,8 @@ def to_fla(sd: dict[str, Tensor], m: ModelConfig, keep_padding: bool = False) ->
     return out
 
 
-def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
-    """FLA HF state dict -> our state dict (tied ``lm_head.weight`` ignored when present).
+def from_hf(sd: dict[str, Tensor], m: ModelConfig, fmt: str = "fla") -> dict[str, Tensor]:
+    """HF state dict of ``fmt`` -> our state dict (tied ``lm_head.weight`` ignored when present).
 
     Embedding-shaped tensors may have ``vocab_size`` rows (FLA's own checkpoints: the padding rows
     are zero-filled) or ``padded_vocab_size`` rows (our exports: kept as they are)."""
@@ -186,7 +266,7 @@ def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
         sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
     out: dict[str, Tensor] = {}
     used: set[str] = set()
-    for e, ix in _entries(m):
+    for e, ix in _entries(m, fmt):
         ours = e.ours.format(**ix)
         if isinstance(e, Rename):
             out[ours] = _take(sd, e.theirs.format(**ix), used)
@@ -206,7 +286,7 @@ def from_fla(sd: dict[str, Tensor], m: ModelConfig) -> dict[str, Tensor]:
                 if s
             ]
             out[ours] = torch.cat(parts, dim=0)
-    _check_consumed(sd, used, "FLA")
+    _check_consumed(sd, used, "FLA" if fmt == "fla" else "Hugging Face")
     return out
 
 

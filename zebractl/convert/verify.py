@@ -121,7 +121,17 @@ def verify(
     import json
 
     from zebractl.convert import mapping
-    from zebractl.convert.hf import DTYPES, load_state, open_source, read_safetensors
+    from zebractl.convert.hf import (
+        DTYPES,
+        folder_format,
+        load_model,
+        mla_rope,
+        model_differences,
+        model_state,
+        open_source,
+        read_safetensors,
+        zebra_config,
+    )
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -140,13 +150,17 @@ def verify(
         raise ConfigError(f"{converted / 'config.json'}: not JSON ({exc})") from None
     src = open_source(source)
     m = src.cfg.model
-    try:
-        fam = mapping.family(m)
-    except mapping.MappingError as exc:
-        raise ConfigError(f"verify: {exc}") from None
+    fmt = folder_format(config)
+    if fmt == "fla":
+        try:
+            fam = mapping.family(m)
+        except mapping.MappingError as exc:
+            raise ConfigError(f"verify: {exc}") from None
     theirs = read_safetensors(converted)
-    ours = load_state(src)
-    expected = mapping.to_fla(ours, m, keep_padding=True)
+    model = load_model(src)
+    ours, rope = model_state(model), mla_rope(model)
+    del model
+    expected = mapping.to_hf(ours, m, fmt, keep_padding=True)
     tiers: list[Tier] = []
 
     # ---- 1. structure
@@ -160,12 +174,19 @@ def verify(
     dtypes = {str(v.dtype) for v in theirs.values()}
     if len(dtypes) > 1:
         problems.append(f"mixed dtypes {sorted(dtypes)}")
-    want_type = {"kda": "kda", "gdn": "gated_deltanet"}[fam]
-    if config.get("model_type") != want_type:
-        problems.append(
-            f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
-        )
-    problems += config_problems(config, mapping.fla_config(m, keep_padding=True))
+    if fmt == "fla":
+        want_type = {"kda": "kda", "gdn": "gated_deltanet"}[fam]
+        if config.get("model_type") != want_type:
+            problems.append(
+                f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
+            )
+        problems += config_problems(config, mapping.fla_config(m, keep_padding=True))
+    else:
+        problems += [
+            f"config.json {d}"
+            for k, v in zebra_config(m, rope).items()
+            for d in model_differences(config.get(k), v, f"{k}.")
+        ]
     tiers.append(
         _fail("structure", problems)
         if problems
@@ -180,7 +201,7 @@ def verify(
     # ---- 2. weights
     if tiers[-1].status == "pass":
         diff = [k for k, v in expected.items() if not _bitwise_equal(theirs[k], v.to(dt))]
-        back = mapping.from_fla(theirs, m)
+        back = mapping.from_hf(theirs, m, fmt)
         for k, v in ours.items():
             if not _bitwise_equal(back[k], v.to(dt)):
                 diff.append(f"{k} (round trip)")
@@ -208,12 +229,17 @@ def verify(
         kernels = src.cfg.kernels.model_copy(update={"backend": backend, "fp8_mlp": "off"})
         model = build_model(m, kernels=kernels, device=device, params_dtype=dtype).eval()
         model.load_state_dict(
-            {k: v.to(dtype) for k, v in mapping.from_fla(theirs, m).items()}, strict=False
+            {k: v.to(dtype) for k, v in mapping.from_hf(theirs, m, fmt).items()}, strict=False
         )
-        import fla  # noqa: F401 - registers FLA's classes with the auto classes
+        if fmt == "fla":
+            import fla  # noqa: F401 - registers FLA's classes with the auto classes
+        else:
+            import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM with the auto classes
         from transformers import AutoModelForCausalLM
 
-        reference = contextlib.nullcontext if gpu else on_cpu
+        # FLA's classes on CPU run through FLA's own references; ZebraForCausalLM picks its
+        # backend from the device (the torch references on CPU) by itself
+        reference = contextlib.nullcontext if gpu or fmt == "zebra" else on_cpu
         try:
             hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype).to(device).eval()
         except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3

@@ -1,0 +1,390 @@
+"""``ZebraForCausalLM``: any Zebra model (KDA / GDN / Mamba2 mixers, MLA, SwiGLU) as a Hugging Face
+model, computed by :mod:`zebractl.model.ops` (FLA's kernels on CUDA, the pure-PyTorch references
+elsewhere) exactly as the training model computes it.
+
+Block ``i`` is ``model.layers.{i}``: ``attn_norm``, ``attn`` (the mixer or the MLA), ``mlp_norm``,
+``mlp``. KDA and GDN use FLA's tensor names (separate q/k/v projections and convolutions), Mamba2
+FLA's Mamba2 layer names, MLA transformers' DeepSeek-V3 attention names; the weights map to and
+from a training checkpoint through :mod:`zebractl.convert.mapping` (format ``zebra``).
+
+Generation recomputes the whole sequence at every step: no key/value or recurrent-state cache yet
+(``use_cache`` is accepted and ignored), so ``generate`` is exact but slow for long outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from zebractl.hf.configuration import ZebraConfig
+from zebractl.layout import gdn_in_proj_rows, kda_in_proj_rows
+from zebractl.model import ops
+from zebractl.model.ops import KernelOptions
+
+Tensor = torch.Tensor
+
+
+class DeviceOptions:
+    """:class:`~zebractl.model.ops.KernelOptions` whose backend follows the input's device (set at
+    every forward: FLA's kernels on CUDA, the torch references elsewhere), every fusion on as in
+    training's defaults. Shared by all modules of one model."""
+
+    def __init__(self) -> None:
+        from zebractl.schemas.recipe import KernelsConfig
+
+        self.backend = "torch"
+        self.kernels = KernelsConfig()
+
+    def fla(self, toggle: bool) -> bool:
+        return self.backend == "fla" and toggle
+
+
+class ZebraRMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, opts: KernelOptions) -> None:
+        super().__init__()
+        self.eps, self.opts = eps, opts
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.rms_norm(self.opts, x, self.weight, self.eps)
+
+
+class ZebraGatedNorm(nn.Module):
+    """``RMSNorm(o) * w * act(gate)`` per head (FLA's ``o_norm``)."""
+
+    def __init__(self, dim: int, eps: float, activation: str, opts: KernelOptions) -> None:
+        super().__init__()
+        self.eps, self.activation, self.opts = eps, activation, opts
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor, gate: Tensor | None) -> Tensor:
+        if gate is None:
+            return ops.torch_ops.rms_norm(x, self.weight, self.eps)
+        return ops.gated_rms_norm(self.opts, x, gate, self.weight, self.eps, self.activation)
+
+
+class ZebraMLP(nn.Module):
+    def __init__(self, hidden: int, ffn: int, bias: bool, opts: KernelOptions) -> None:
+        super().__init__()
+        self.opts = opts
+        self.gate_proj = nn.Linear(hidden, ffn, bias=bias)
+        self.up_proj = nn.Linear(hidden, ffn, bias=bias)
+        self.down_proj = nn.Linear(ffn, hidden, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(ops.swiglu(self.opts, self.gate_proj(x), self.up_proj(x)))
+
+
+def _conv(x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions) -> Tensor:
+    if conv is None:
+        return F.silu(x)
+    return ops.short_conv(opts, x, conv.weight, conv.bias)
+
+
+def _short_conv(channels: int, size: int) -> nn.Conv1d:
+    return nn.Conv1d(channels, channels, size, groups=channels, bias=False)
+
+
+class ZebraKDA(nn.Module):
+    """Kimi Delta Attention with FLA's names (``KDAForCausalLM``'s ``attn``)."""
+
+    def __init__(self, m: Any, opts: KernelOptions) -> None:
+        super().__init__()
+        self.cfg, self.opts = m.kda, opts
+        d = self.d = m.linear_attention_dims("kda")
+        h, bias = m.hidden_size, m.linear_bias
+        q, k, v, fa, ga, beta = kda_in_proj_rows(m)
+        self.q_proj, self.k_proj = nn.Linear(h, q, bias=bias), nn.Linear(h, k, bias=bias)
+        self.v_proj = nn.Linear(h, v, bias=bias)
+        self.f_proj = nn.Sequential(
+            nn.Linear(h, fa, bias=bias), nn.Linear(fa, d.num_v_heads * d.head_k_dim, bias=False)
+        )
+        self.g_proj = nn.Sequential(nn.Linear(h, ga, bias=bias), nn.Linear(ga, d.value_dim))
+        self.b_proj = nn.Linear(h, beta, bias=bias)
+        conv = m.kda.use_short_conv
+        self.q_conv1d = _short_conv(q, m.kda.conv_size) if conv else None
+        self.k_conv1d = _short_conv(k, m.kda.conv_size) if conv else None
+        self.v_conv1d = _short_conv(v, m.kda.conv_size) if conv else None
+        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.zeros(d.num_v_heads * d.head_k_dim, dtype=torch.float32))
+        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, "sigmoid", opts)
+        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        d, o = self.d, self.opts
+        q = _conv(self.q_proj(x), self.q_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
+        k = _conv(self.k_proj(x), self.k_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
+        v = _conv(self.v_proj(x), self.v_conv1d, o).view(b, t, d.num_v_heads, d.head_v_dim)
+        f = self.f_proj(x).view(b, t, d.num_v_heads, d.head_k_dim)
+        out = ops.kda(
+            o,
+            q,
+            k,
+            v,
+            f,
+            self.b_proj(x),
+            self.A_log,
+            self.dt_bias,
+            allow_neg_eigval=self.cfg.allow_neg_eigval,
+            safe_gate=self.cfg.safe_gate,
+            lower_bound=self.cfg.lower_bound,
+        )
+        gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
+        return self.o_proj(self.o_norm(out, gate).reshape(b, t, d.value_dim))
+
+
+class ZebraGDN(nn.Module):
+    """Gated DeltaNet with FLA's names (``GatedDeltaNetForCausalLM``'s ``attn``)."""
+
+    def __init__(self, m: Any, opts: KernelOptions) -> None:
+        super().__init__()
+        self.cfg, self.opts = m.gdn, opts
+        d = self.d = m.linear_attention_dims("gdn")
+        h, bias = m.hidden_size, m.linear_bias
+        q, k, v, z, beta, alpha = gdn_in_proj_rows(m)
+        self.q_proj, self.k_proj = nn.Linear(h, q, bias=bias), nn.Linear(h, k, bias=bias)
+        self.v_proj = nn.Linear(h, v, bias=bias)
+        self.g_proj = nn.Linear(h, z, bias=bias) if z else None
+        self.b_proj = nn.Linear(h, beta, bias=bias)
+        self.a_proj = nn.Linear(h, alpha, bias=bias)
+        conv = m.gdn.use_short_conv
+        self.q_conv1d = _short_conv(q, m.gdn.conv_size) if conv else None
+        self.k_conv1d = _short_conv(k, m.gdn.conv_size) if conv else None
+        self.v_conv1d = _short_conv(v, m.gdn.conv_size) if conv else None
+        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
+        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
+        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        d, o = self.d, self.opts
+        q = _conv(self.q_proj(x), self.q_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
+        k = _conv(self.k_proj(x), self.k_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
+        v = _conv(self.v_proj(x), self.v_conv1d, o).view(b, t, d.num_v_heads, d.head_v_dim)
+        out = ops.gdn(
+            o,
+            q,
+            k,
+            v,
+            self.a_proj(x),
+            self.b_proj(x),
+            self.A_log,
+            self.dt_bias,
+            allow_neg_eigval=self.cfg.allow_neg_eigval,
+        )
+        gate = None
+        if self.g_proj is not None:
+            gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
+        return self.o_proj(self.o_norm(out, gate).reshape(b, t, d.value_dim))
+
+
+class ZebraMLA(nn.Module):
+    """Multi-Latent Attention with transformers' DeepSeek-V3 names, computing what megatron-core's
+    ``MLASelfAttention`` computes: the rope dims de-interleaved (``[0::2] | [1::2]``) then rotated
+    by halves, the table and softmax scale from ``config.mla_rope``."""
+
+    def __init__(self, m: Any, rope: dict[str, Any], opts: KernelOptions) -> None:
+        super().__init__()
+        a = self.cfg = m.mla
+        h, eps, n = m.hidden_size, m.norm.eps, a.num_heads
+        q_dim = n * (a.qk_head_dim + a.qk_pos_emb_head_dim)
+        if a.q_lora_rank is not None:
+            self.q_a_proj = nn.Linear(h, a.q_lora_rank, bias=False)
+            self.q_a_layernorm = ZebraRMSNorm(a.q_lora_rank, eps, opts)
+            self.q_b_proj = nn.Linear(a.q_lora_rank, q_dim, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, q_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, a.kv_lora_rank + a.qk_pos_emb_head_dim, bias=False)
+        self.kv_a_layernorm = ZebraRMSNorm(a.kv_lora_rank, eps, opts)
+        self.kv_b_proj = nn.Linear(a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(n * a.v_head_dim, h, bias=False)
+        # a plain list, not a buffer: from_pretrained builds modules on the meta device and does
+        # not restore non-persistent buffers; the table is made on the input's device per call
+        self.inv_freq = [float(x) for x in rope["inv_freq"]]
+        if len(self.inv_freq) * 2 != a.qk_pos_emb_head_dim:
+            raise ValueError(
+                f"mla_rope.inv_freq has {len(self.inv_freq)} frequencies; qk_pos_emb_head_dim "
+                f"{a.qk_pos_emb_head_dim} needs {a.qk_pos_emb_head_dim // 2}"
+            )
+        self.mscale = float(rope.get("mscale", 1.0))
+        self.softmax_scale = float(
+            rope.get("softmax_scale", 1 / math.sqrt(a.qk_head_dim + a.qk_pos_emb_head_dim))
+        )
+
+    def _rope(self, t: Tensor, positions: Tensor) -> Tensor:
+        inv_freq = torch.tensor(self.inv_freq, dtype=torch.float32, device=positions.device)
+        freqs = torch.outer(positions.to(torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)[None, :, None, :]  # [1, T, 1, rope]
+        t = torch.cat((t[..., 0::2], t[..., 1::2]), dim=-1)
+        cos, sin = (emb.cos() * self.mscale).to(t.dtype), (emb.sin() * self.mscale).to(t.dtype)
+        x1, x2 = torch.chunk(t, 2, dim=-1)
+        return t * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def forward(self, x: Tensor) -> Tensor:
+        a = self.cfg
+        b, t, _ = x.shape
+        n, dq, dr, dv = a.num_heads, a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim
+        if a.q_lora_rank is not None:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        else:
+            q = self.q_proj(x)
+        q_nope, q_pe = q.view(b, t, n, dq + dr).split([dq, dr], dim=-1)
+        c, k_pe = self.kv_a_proj_with_mqa(x).split([a.kv_lora_rank, dr], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(b, t, n, dq + dv)
+        k_nope, v = kv.split([dq, dv], dim=-1)
+        positions = torch.arange(t, device=x.device)
+        q_pe = self._rope(q_pe, positions)
+        k_pe = self._rope(k_pe[:, :, None, :], positions).expand(b, t, n, dr)
+        query = torch.cat((q_nope, q_pe), dim=-1).transpose(1, 2)
+        key = torch.cat((k_nope, k_pe), dim=-1).transpose(1, 2)
+        o = F.scaled_dot_product_attention(
+            query, key, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale
+        )
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, n * dv))
+
+
+class ZebraBlock(nn.Module):
+    """One block: ``x + attn(attn_norm(x))``, then ``+ mlp(mlp_norm(.))``."""
+
+    def __init__(self, m: Any, kind: str, rope: dict[str, Any] | None, opts: KernelOptions):
+        super().__init__()
+        from zebractl.model.mixers import Mamba2Mixer
+
+        h, eps = m.hidden_size, m.norm.eps
+        self.kind = kind
+        self.attn_norm = ZebraRMSNorm(h, eps, opts)
+        if kind == "kda":
+            self.attn: nn.Module = ZebraKDA(m, opts)
+        elif kind == "gdn":
+            self.attn = ZebraGDN(m, opts)
+        elif kind == "mamba2":
+            self.attn = Mamba2Mixer(m, opts)  # its names are FLA's Mamba2 layer's already
+        elif kind == "mla":
+            if rope is None:
+                raise ValueError("an MLA block needs config.mla_rope")
+            self.attn = ZebraMLA(m, rope, opts)
+        else:
+            raise ValueError(f"unknown block kind {kind!r}")
+        self.mlp_norm = ZebraRMSNorm(h, eps, opts)
+        self.mlp = ZebraMLP(h, m.ffn_hidden_size, m.linear_bias, opts)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class ZebraPreTrainedModel(PreTrainedModel):
+    config_class = ZebraConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["ZebraBlock"]
+    supports_gradient_checkpointing = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Only for tensors a folder does not hold (the loaded ones overwrite these)."""
+        std = self.config.initializer_range or 0.02
+        if isinstance(module, nn.Linear | nn.Conv1d):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+
+
+class ZebraModel(ZebraPreTrainedModel):
+    """Embeddings, the blocks, the final norm."""
+
+    def __init__(self, config: ZebraConfig) -> None:
+        super().__init__(config)
+        m = config.model_config()
+        if m.norm.type != "rmsnorm":
+            raise ValueError(f"ZebraModel supports rmsnorm models only (this one: {m.norm.type})")
+        self.opts = DeviceOptions()
+        self.embeddings = nn.Embedding(m.padded_vocab_size, m.hidden_size)
+        kinds = [m.sublayers[2 * i] for i in range(m.num_blocks)]
+        self.layers = nn.ModuleList(ZebraBlock(m, k, config.mla_rope, self.opts) for k in kinds)
+        self.norm = ZebraRMSNorm(m.hidden_size, m.norm.eps, self.opts)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings = value
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPast:
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError(
+                "ZebraModel does not support padding (attention_mask with zeros): the recurrent "
+                "mixers read every position; pass unpadded sequences (batch size 1 or equal lengths)"
+            )
+        x = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        self.opts.backend = ops.resolve_backend("auto", x.device)
+        for layer in self.layers:
+            x = layer(x)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(x))
+
+
+class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
+    """The causal LM: :class:`ZebraModel` and the (tied) LM head."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embeddings.weight"}
+
+    def __init__(self, config: ZebraConfig) -> None:
+        super().__init__(config)
+        self.model = ZebraModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embeddings = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, **kwargs: Any) -> dict[str, Any]:
+        # no cache: every step recomputes the whole sequence
+        return {"input_ids": input_ids}
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        inputs_embeds: Tensor | None = None,
+        labels: Tensor | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        h = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds
+        ).last_hidden_state
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        logits = self.lm_head(h).float()
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]),
+                labels[:, 1:].reshape(-1),
+                ignore_index=-100,
+            )
+        return CausalLMOutputWithPast(loss=loss, logits=logits)
