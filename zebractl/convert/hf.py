@@ -317,7 +317,8 @@ def model_card(src: Source, res: ExportResult, model_class: str, fmt: str = "fla
         )
         note = (
             "It runs FLA's kernels on a CUDA GPU and zebractl's PyTorch references on CPU; "
-            "`generate` recomputes the sequence at every step (no cache yet)"
+            "`generate` keeps a cache (recurrent and convolution states, MLA keys and values); "
+            "padded batches are not supported"
         )
     return f"""---
 library_name: transformers

@@ -7,8 +7,11 @@ Block ``i`` is ``model.layers.{i}``: ``attn_norm``, ``attn`` (the mixer or the M
 FLA's Mamba2 layer names, MLA transformers' DeepSeek-V3 attention names; the weights map to and
 from a training checkpoint through :mod:`zebractl.convert.mapping` (format ``zebra``).
 
-Generation recomputes the whole sequence at every step: no key/value or recurrent-state cache yet
-(``use_cache`` is accepted and ignored), so ``generate`` is exact but slow for long outputs.
+Generation keeps a :class:`ZebraCache`: per KDA/GDN/Mamba2 block the last ``conv_size - 1`` inputs
+of each short convolution and the fp32 recurrent state, per MLA block the keys and values (rope
+applied). A step then feeds only the new tokens; the result equals recomputing the whole sequence
+(tested greedily against ``use_cache=False``). Padding is not supported (every sequence of a batch
+has the same length).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from zebractl.model import ops
 from zebractl.model.ops import KernelOptions
 
 Tensor = torch.Tensor
+CACHE_KEY = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+"""What this transformers calls the generation cache in outputs and model inputs (``cache`` from
+5.2x, ``past_key_values`` before)."""
 
 
 class DeviceOptions:
@@ -81,10 +87,55 @@ class ZebraMLP(nn.Module):
         return self.down_proj(ops.swiglu(self.opts, self.gate_proj(x), self.up_proj(x)))
 
 
-def _conv(x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions) -> Tensor:
+class ZebraCache:
+    """What generation keeps between steps: one dict per block (see the module docstring) and the
+    number of tokens seen. Not a transformers ``Cache``: the model prepares its own inputs."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers: list[dict[str, Any]] = [{} for _ in range(num_layers)]
+        self.seen = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+
+def _conv(
+    x: Tensor,
+    conv: nn.Conv1d | None,
+    opts: KernelOptions,
+    cache: dict[str, Any] | None = None,
+    name: str = "",
+) -> Tensor:
+    """Causal short conv + SiLU; with ``cache`` the previous ``W - 1`` inputs are prepended (and
+    the new ones kept), so a continuation computes exactly what the whole sequence would."""
     if conv is None:
         return F.silu(x)
-    return ops.short_conv(opts, x, conv.weight, conv.bias)
+    if cache is None:
+        return ops.short_conv(opts, x, conv.weight, conv.bias)
+    keep = conv.weight.shape[-1] - 1
+    tail = cache.get(name)
+    if tail is None:
+        tail = x.new_zeros(x.shape[0], keep, x.shape[2])
+    xx = torch.cat((tail, x), dim=1)
+    cache[name] = xx[:, xx.shape[1] - keep :].detach()
+    return ops.short_conv(opts, xx, conv.weight, conv.bias)[:, keep:]
+
+
+def _state_io(cache: dict[str, Any] | None) -> dict[str, Any]:
+    """The recurrent ops' state arguments for a block's cache (none without one)."""
+    if cache is None:
+        return {}
+    return {"initial_state": cache.get("state"), "output_final_state": True}
+
+
+def _keep_state(result: Any, cache: dict[str, Any] | None) -> Tensor:
+    if cache is None:
+        return result
+    out, cache["state"] = result
+    return out
 
 
 def _short_conv(channels: int, size: int) -> nn.Conv1d:
@@ -116,12 +167,13 @@ class ZebraKDA(nn.Module):
         self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, "sigmoid", opts)
         self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
         b, t, _ = x.shape
-        d, o = self.d, self.opts
-        q = _conv(self.q_proj(x), self.q_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
-        k = _conv(self.k_proj(x), self.k_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
-        v = _conv(self.v_proj(x), self.v_conv1d, o).view(b, t, d.num_v_heads, d.head_v_dim)
+        d, o, c = self.d, self.opts, cache
+        q = _conv(self.q_proj(x), self.q_conv1d, o, c, "q").view(b, t, d.num_heads, d.head_k_dim)
+        k = _conv(self.k_proj(x), self.k_conv1d, o, c, "k").view(b, t, d.num_heads, d.head_k_dim)
+        v = _conv(self.v_proj(x), self.v_conv1d, o, c, "v")
+        v = v.view(b, t, d.num_v_heads, d.head_v_dim)
         f = self.f_proj(x).view(b, t, d.num_v_heads, d.head_k_dim)
         out = ops.kda(
             o,
@@ -135,7 +187,9 @@ class ZebraKDA(nn.Module):
             allow_neg_eigval=self.cfg.allow_neg_eigval,
             safe_gate=self.cfg.safe_gate,
             lower_bound=self.cfg.lower_bound,
+            **_state_io(cache),
         )
+        out = _keep_state(out, cache)
         gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
         return self.o_proj(self.o_norm(out, gate).reshape(b, t, d.value_dim))
 
@@ -163,12 +217,13 @@ class ZebraGDN(nn.Module):
         self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
         self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
         b, t, _ = x.shape
-        d, o = self.d, self.opts
-        q = _conv(self.q_proj(x), self.q_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
-        k = _conv(self.k_proj(x), self.k_conv1d, o).view(b, t, d.num_heads, d.head_k_dim)
-        v = _conv(self.v_proj(x), self.v_conv1d, o).view(b, t, d.num_v_heads, d.head_v_dim)
+        d, o, c = self.d, self.opts, cache
+        q = _conv(self.q_proj(x), self.q_conv1d, o, c, "q").view(b, t, d.num_heads, d.head_k_dim)
+        k = _conv(self.k_proj(x), self.k_conv1d, o, c, "k").view(b, t, d.num_heads, d.head_k_dim)
+        v = _conv(self.v_proj(x), self.v_conv1d, o, c, "v")
+        v = v.view(b, t, d.num_v_heads, d.head_v_dim)
         out = ops.gdn(
             o,
             q,
@@ -179,7 +234,9 @@ class ZebraGDN(nn.Module):
             self.A_log,
             self.dt_bias,
             allow_neg_eigval=self.cfg.allow_neg_eigval,
+            **_state_io(cache),
         )
+        out = _keep_state(out, cache)
         gate = None
         if self.g_proj is not None:
             gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
@@ -228,7 +285,7 @@ class ZebraMLA(nn.Module):
         x1, x2 = torch.chunk(t, 2, dim=-1)
         return t * cos + torch.cat((-x2, x1), dim=-1) * sin
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cache: dict[str, Any] | None = None, start: int = 0) -> Tensor:
         a = self.cfg
         b, t, _ = x.shape
         n, dq, dr, dv = a.num_heads, a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim
@@ -240,15 +297,67 @@ class ZebraMLA(nn.Module):
         c, k_pe = self.kv_a_proj_with_mqa(x).split([a.kv_lora_rank, dr], dim=-1)
         kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(b, t, n, dq + dv)
         k_nope, v = kv.split([dq, dv], dim=-1)
-        positions = torch.arange(t, device=x.device)
+        positions = torch.arange(start, start + t, device=x.device)
         q_pe = self._rope(q_pe, positions)
         k_pe = self._rope(k_pe[:, :, None, :], positions).expand(b, t, n, dr)
         query = torch.cat((q_nope, q_pe), dim=-1).transpose(1, 2)
         key = torch.cat((k_nope, k_pe), dim=-1).transpose(1, 2)
-        o = F.scaled_dot_product_attention(
-            query, key, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale
-        )
+        value = v.transpose(1, 2)
+        if cache is not None:
+            if "k" in cache:
+                key = torch.cat((cache["k"], key), dim=2)
+                value = torch.cat((cache["v"], value), dim=2)
+            cache["k"], cache["v"] = key.detach(), value.detach()
+        if key.shape[2] == t:  # no earlier tokens: plain causal
+            o = F.scaled_dot_product_attention(
+                query, key, value, is_causal=True, scale=self.softmax_scale
+            )
+        else:  # query i (position start + i) sees keys 0 .. start + i
+            seen = torch.arange(key.shape[2], device=x.device)
+            mask = seen[None, :] <= positions[:, None]
+            o = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, scale=self.softmax_scale
+            )
         return self.o_proj(o.transpose(1, 2).reshape(b, t, n * dv))
+
+
+def _mamba2_class() -> type:
+    """Our training Mamba2 mixer (its tensor names are FLA's Mamba2 layer's) with a cache path."""
+    from zebractl.model.mixers import Mamba2Mixer, _leading
+
+    class ZebraMamba2(Mamba2Mixer):
+        def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
+            if cache is None:
+                return super().forward(x)
+            b, t, _ = x.shape
+            mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
+            z, xbc, dt = self.in_proj(x).split(
+                [self.split[0], *_leading(self.split[1:], 3)], dim=-1
+            )
+            xbc = _conv(xbc, self.conv1d, self.opts, cache, "xbc")
+            xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
+            dt = F.softplus(dt.float() + self.dt_bias.float())
+            a = -self.A_log.float().exp()
+            rep = nh // mb.num_groups
+            bh = bb.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
+            ch = cc.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
+            xh = xs.view(b, t, nh, p)
+            k = (bh.float() * dt[..., None]).to(xh.dtype)
+            o, cache["state"] = ops.ssd(
+                self.opts,
+                ch.to(xh.dtype),
+                k,
+                xh,
+                (dt * a).to(torch.float32),
+                initial_state=cache.get("state"),
+                output_final_state=True,
+            )
+            y = o + xh * self.D.to(xh.dtype)[:, None]
+            y = y.reshape(b, t, self.d_inner) * F.silu(z)
+            y = ops.torch_ops.group_rms_norm(y, self.norm.weight, self.eps, mb.num_groups)
+            return self.out_proj(y)
+
+    return ZebraMamba2
 
 
 class ZebraBlock(nn.Module):
@@ -256,8 +365,6 @@ class ZebraBlock(nn.Module):
 
     def __init__(self, m: Any, kind: str, rope: dict[str, Any] | None, opts: KernelOptions):
         super().__init__()
-        from zebractl.model.mixers import Mamba2Mixer
-
         h, eps = m.hidden_size, m.norm.eps
         self.kind = kind
         self.attn_norm = ZebraRMSNorm(h, eps, opts)
@@ -266,7 +373,7 @@ class ZebraBlock(nn.Module):
         elif kind == "gdn":
             self.attn = ZebraGDN(m, opts)
         elif kind == "mamba2":
-            self.attn = Mamba2Mixer(m, opts)  # its names are FLA's Mamba2 layer's already
+            self.attn = _mamba2_class()(m, opts)  # its names are FLA's Mamba2 layer's already
         elif kind == "mla":
             if rope is None:
                 raise ValueError("an MLA block needs config.mla_rope")
@@ -276,8 +383,15 @@ class ZebraBlock(nn.Module):
         self.mlp_norm = ZebraRMSNorm(h, eps, opts)
         self.mlp = ZebraMLP(h, m.ffn_hidden_size, m.linear_bias, opts)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.attn_norm(x))
+    def forward(self, x: Tensor, cache: dict[str, Any] | None = None, start: int = 0) -> Tensor:
+        h = self.attn_norm(x)
+        if cache is None:
+            h = self.attn(h)
+        elif self.kind == "mla":
+            h = self.attn(h, cache, start)
+        else:
+            h = self.attn(h, cache)
+        x = x + h
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -324,6 +438,8 @@ class ZebraModel(ZebraPreTrainedModel):
         input_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         inputs_embeds: Tensor | None = None,
+        past_key_values: ZebraCache | None = None,
+        use_cache: bool = False,
         **kwargs: Any,
     ) -> BaseModelOutputWithPast:
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -333,9 +449,15 @@ class ZebraModel(ZebraPreTrainedModel):
             )
         x = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         self.opts.backend = ops.resolve_backend("auto", x.device)
-        for layer in self.layers:
-            x = layer(x)
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(x))
+        if use_cache and past_key_values is None:
+            past_key_values = ZebraCache(len(self.layers))
+        cache = past_key_values if use_cache else None
+        start = cache.seen if cache is not None else 0
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cache.layers[i] if cache is not None else None, start)
+        if cache is not None:
+            cache.seen += x.shape[1]
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(x), **{CACHE_KEY: cache})
 
 
 class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
@@ -361,9 +483,24 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, **kwargs: Any) -> dict[str, Any]:
-        # no cache: every step recomputes the whole sequence
-        return {"input_ids": input_ids}
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the cache is a ZebraCache of recurrent states and MLA keys
+
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: Tensor,
+        past_key_values: ZebraCache | None = None,
+        use_cache: bool = True,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """With a cache only the tokens it has not seen yet go in."""
+        cache = kwargs.get("cache", past_key_values)
+        if use_cache and isinstance(cache, ZebraCache) and cache.seen:
+            input_ids = input_ids[:, cache.seen :]
+        else:
+            cache = None
+        return {"input_ids": input_ids, CACHE_KEY: cache, "use_cache": use_cache}
 
     def forward(
         self,
@@ -371,12 +508,21 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
         attention_mask: Tensor | None = None,
         inputs_embeds: Tensor | None = None,
         labels: Tensor | None = None,
+        past_key_values: ZebraCache | None = None,
+        use_cache: bool | None = None,
         logits_to_keep: int = 0,
+        cache: ZebraCache | None = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
-        h = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds
-        ).last_hidden_state
+        past_key_values = cache if cache is not None else past_key_values
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            past_key_values=past_key_values,
+            use_cache=bool(use_cache),
+        )
+        h = out.last_hidden_state
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         logits = self.lm_head(h).float()
@@ -387,4 +533,4 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
                 labels[:, 1:].reshape(-1),
                 ignore_index=-100,
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_KEY: out.get(CACHE_KEY)})

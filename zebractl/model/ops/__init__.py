@@ -79,9 +79,14 @@ def kda(
     allow_neg_eigval: bool = False,
     safe_gate: bool = False,
     lower_bound: float | None = None,
-) -> Tensor:
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Kimi Delta Attention on raw projections: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``,
-    f (decay logits) ``[B,T,HV,K]``, beta_raw ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
+    f (decay logits) ``[B,T,HV,K]``, beta_raw ``[B,T,HV]`` -> ``[B,T,HV,V]``.
+
+    ``initial_state`` ``[B,HV,K,V]`` (fp32) continues a sequence; with ``output_final_state``
+    the result is ``(output, final state)`` (generation's cache)."""
     if opts.backend == "fla":
         from fla.ops.kda import chunk_kda
 
@@ -95,7 +100,7 @@ def kda(
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, _ = chunk_kda(
+        o, s = chunk_kda(
             q,
             k,
             v,
@@ -106,12 +111,22 @@ def kda(
             allow_neg_eigval=allow_neg_eigval,
             safe_gate=safe_gate,
             lower_bound=lower_bound,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
             **kwargs,
         )
-        return o
+        return (o, s) if output_final_state else o
     g = _kda_gate(f, a_log, dt_bias, lower_bound)
-    o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
-    return o
+    o, s = T.chunk_delta_rule(
+        T.l2norm(q),
+        T.l2norm(k),
+        v,
+        g,
+        _beta(beta_raw, allow_neg_eigval),
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+    )
+    return (o, s) if output_final_state else o
 
 
 def _kda_gate(f: Tensor, a_log: Tensor, dt_bias: Tensor, lower_bound: float | None) -> Tensor:
@@ -133,8 +148,11 @@ def gdn(
     dt_bias: Tensor,
     *,
     allow_neg_eigval: bool = False,
-) -> Tensor:
-    """Gated DeltaNet on raw projections: a (decay logits) ``[B,T,HV]`` -> ``[B,T,HV,V]``."""
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Gated DeltaNet on raw projections: a (decay logits) ``[B,T,HV]`` -> ``[B,T,HV,V]``
+    (``initial_state`` / ``output_final_state`` as :func:`kda`)."""
     if opts.backend == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
@@ -148,7 +166,7 @@ def gdn(
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, _ = chunk_gated_delta_rule(
+        o, s = chunk_gated_delta_rule(
             q,
             k,
             v,
@@ -157,15 +175,33 @@ def gdn(
             use_qk_l2norm_in_kernel=opts.kernels.qk_l2norm_in_kernel,
             use_beta_sigmoid_in_kernel=True,
             allow_neg_eigval=allow_neg_eigval,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
             **kwargs,
         )
-        return o
+        return (o, s) if output_final_state else o
     g = T.gdn_gate(a, a_log, dt_bias)
-    o, _ = T.chunk_delta_rule(T.l2norm(q), T.l2norm(k), v, g, _beta(beta_raw, allow_neg_eigval))
-    return o
+    o, s = T.chunk_delta_rule(
+        T.l2norm(q),
+        T.l2norm(k),
+        v,
+        g,
+        _beta(beta_raw, allow_neg_eigval),
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+    )
+    return (o, s) if output_final_state else o
 
 
-def ssd(opts: KernelOptions, c: Tensor, b: Tensor, x: Tensor, g: Tensor) -> Tensor:
+def ssd(
+    opts: KernelOptions,
+    c: Tensor,
+    b: Tensor,
+    x: Tensor,
+    g: Tensor,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba2's SSD as scalar-decay linear attention: ``o = sum_j (c_i.b_j) exp(G_i-G_j) x_j``.
 
     c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
@@ -176,10 +212,20 @@ def ssd(opts: KernelOptions, c: Tensor, b: Tensor, x: Tensor, g: Tensor) -> Tens
 
         # fp32 operands: FLA keeps simple_gla's backward states in fp32, and on Hopper with Triton
         # < 3.7.1 the gated backward must run on the TileLang backend, which needs q and h in one dtype.
-        o, _ = chunk_simple_gla(c.float(), b.float(), x.float(), g=g.float(), scale=1.0)
-        return o.to(x.dtype)
-    o, _ = T.chunk_scalar_gla(c, b, x, g, scale=1.0)
-    return o
+        o, s = chunk_simple_gla(
+            c.float(),
+            b.float(),
+            x.float(),
+            g=g.float(),
+            scale=1.0,
+            initial_state=initial_state,
+            output_final_state=output_final_state,
+        )
+        return (o.to(x.dtype), s) if output_final_state else o.to(x.dtype)
+    o, s = T.chunk_scalar_gla(
+        c, b, x, g, scale=1.0, initial_state=initial_state, output_final_state=output_final_state
+    )
+    return (o, s) if output_final_state else o
 
 
 def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
