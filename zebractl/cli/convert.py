@@ -21,7 +21,8 @@ def convert(
     preset: str = typer.Option(
         None,
         "--preset",
-        help="--to megatron: the architecture of an HF folder zebractl did not write (checked).",
+        help="--to megatron: the architecture of an HF folder zebractl did not write, or of a "
+        "Primus checkpoint (checked).",
     ),
     iteration: int = typer.Option(
         None, "--iteration", help="Checkpoint iteration (default: newest)."
@@ -36,7 +37,8 @@ def convert(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Export a checkpoint to a Hugging Face folder (safetensors, config, tokenizer, model card), or
-    (--to megatron) import a Hugging Face folder into a checkpoint for `train --init-from`.
+    (--to megatron) import a Hugging Face folder or a Primus/Megatron-LM checkpoint (TP = PP = 1,
+    `ITER/mp_rank_00/model_optim_rng.pt`; with --preset) into a checkpoint for `train --init-from`.
 
     Pure KDA and GDN models become FLA's KDAForCausalLM / GatedDeltaNetForCausalLM (`import fla`),
     hybrids and Mamba2 zebractl's ZebraForCausalLM (`import zebractl.hf`); then
@@ -57,7 +59,12 @@ def convert(
 
     say = err if json_out else print
     if to == "megatron":
-        imp = import_hf(source, output, preset=preset, console=say)
+        from zebractl.convert import primus
+
+        if primus.find_file(source) is not None:  # a Primus / Megatron-LM torch checkpoint
+            imp = primus.import_primus(source, output, preset=preset, console=say)
+        else:
+            imp = import_hf(source, output, preset=preset, console=say)
         say(
             f"wrote {imp.checkpoint}: {imp.architecture}, {imp.parameters:,} parameters; train "
             f"from it with `zebractl train RECIPE --init-from {imp.output}`"
