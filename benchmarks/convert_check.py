@@ -35,7 +35,6 @@ def main() -> None:
     ap.add_argument("--json-out", type=Path)
     a = ap.parse_args()
 
-    from zebractl.convert import mapping
     from zebractl.convert.fla_reference import on_cpu
     from zebractl.convert.hf import export_hf, load_state, open_source
     from zebractl.convert.verify import real_tokens
@@ -56,11 +55,14 @@ def main() -> None:
     )
     ours = build_model(m, kernels=kernels, device=dev, params_dtype=dtype).eval()
     ours.load_state_dict({k: v.to(dtype) for k, v in load_state(src).items()}, strict=False)
-    import fla  # noqa: F401 - registers FLA's classes
+    if res.format == "fla":
+        import fla  # noqa: F401 - registers FLA's classes
+    else:
+        import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(a.out, dtype=dtype).to(dev).eval()
-    ref = contextlib.nullcontext if gpu else on_cpu
+    ref = contextlib.nullcontext if gpu or res.format == "zebra" else on_cpu
 
     def loss(logits: torch.Tensor) -> float:
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item()
@@ -75,7 +77,8 @@ def main() -> None:
     row = {
         "check": "convert",
         "run": str(a.run),
-        "family": mapping.family(m),
+        "architecture": res.architecture,
+        "format": res.format,
         "iteration": res.iteration,
         "dtype": a.dtype,
         "device": torch.cuda.get_device_name() if gpu else "cpu",
