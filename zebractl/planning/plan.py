@@ -26,9 +26,15 @@ FLA_SAVED_PER_VALUE_DIM = {"kda": 9.81, "gdn": 8.32}
 """Activation elements per token that a KDA / GDN sublayer keeps beyond :func:`_activation_elems_per_token`'s
 analytic count, per unit of the mixer's value_dim: what FLA's chunked kernels save for backward
 (fp32 gate cumsums, intra-chunk matrices). Fitted to the peak memory of kda_300M and gdn_300M on one
-H200 at micro-batches 16, 64 and 96 (benchmarks/results/2026-12-01_h200_issue12, megatron engine,
-seq 2048), where the estimate is within +1.4% (micro 96) to +7% (micro 16) of the measured peak.
+H200 at micro-batches 16, 64 and 96 (benchmarks/results/2026-12-01_h200_issue12, seq 2048; the
+torch_fused engine, before the fused residual add: see :data:`RESIDUAL_KEPT_PER_HIDDEN`).
 Mamba2 and MLA sublayers are counted analytically only (not yet measured)."""
+RESIDUAL_KEPT_PER_HIDDEN = 1.32
+"""Elements per token and unit of hidden size that each sublayer keeps for its pre-norm and
+residual (the analytic count is 2: the norm's input and output). With the residual add fused into
+the next RMSNorm (FLA's kernel) the measured peaks are lower: fitted to kda_300M / gdn_300M on one
+H200 at micro 16 and 64 (benchmarks/results/2026-12-01_h200_issue12b, the first run of each
+process; slope 1.113 / 1.096 GiB per sample against the analytic 1.177 / 1.160)."""
 FIT_HEADROOM = 0.08
 """Share of a GPU's memory `plan --fit` leaves free: the caching allocator's fragmentation
 (reserved / allocated was 1.03-1.05 in the measurements above) and the CUDA context."""
@@ -64,26 +70,27 @@ def parameter_report(m: ModelConfig) -> dict[str, Any]:
 def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     """Elements autograd keeps per token for one sublayer (fused kernels; an estimate)."""
     h = m.hidden_size
+    r = round(RESIDUAL_KEPT_PER_HIDDEN * h)  # the pre-norm's input and output, fused add
     if kind == "mlp":
-        return 2 * h + 3 * m.ffn_hidden_size  # input, normed, fc1 out (2F), act out (F)
+        return r + 3 * m.ffn_hidden_size  # normed input, fc1 out (2F), act out (F)
     if kind in ("kda", "gdn"):
         d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
         in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
         conv = 2 * d.key_dim + d.value_dim
         fla = round(FLA_SAVED_PER_VALUE_DIM[kind] * d.value_dim)
         # in, normed, in_proj, conv, o, gate, normed o; and what FLA's kernels keep
-        return 2 * h + in_rows + conv + 3 * d.value_dim + fla
+        return r + in_rows + conv + 3 * d.value_dim + fla
     if kind == "mamba2":
         assert m.mamba2 is not None
         di = m.mamba2_dims.d_inner
         in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
         conv = di + 2 * m.mamba2.num_groups * m.mamba2.state_dim
-        return 2 * h + in_rows + conv + 3 * di
+        return r + in_rows + conv + 3 * di
     assert m.mla is not None
     a = m.mla
     q = a.num_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)
     lora = 2 * (a.q_lora_rank or 0) + 2 * a.kv_lora_rank + a.qk_pos_emb_head_dim
-    return 2 * h + lora + 2 * q + a.num_heads * (a.qk_head_dim + 2 * a.v_head_dim)
+    return r + lora + 2 * q + a.num_heads * (a.qk_head_dim + 2 * a.v_head_dim)
 
 
 @dataclass(frozen=True)
