@@ -11,8 +11,10 @@
 #   K  checkpoint stall: asynchronous saves through the reused staging arena
 #   T  GPU tests (resume bitwise with async saves and with the distributed optimizer)
 #   P  the precompile GPU test;  CO  cold start without the precompilation
-#   B  side-by-side step throughput, kda_300M (FP8 MLP on the shipped engine)
-# PHASES="C K T" (environment) picks phases; all by default.
+#   B  side-by-side step throughput, kda_300M and gdn_300M (FP8 MLP on the shipped engine)
+#   PR the profile;  L  1B and the Mamba hybrid;  F  the FP8 loss trajectory on the shipped engine
+# PHASES="C K T" (environment) picks phases; all by default. Keep each `wait` call's total under
+# the call's limit (setup takes ~50 s): a call cut at its limit returns nothing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$PWD R=/tmp/zrepo J=/tmp/zjob
@@ -103,10 +105,44 @@ if has B; then
     ours_megatron:16 ours:64 ours_fp8:64 fla_tuned:64 --repeat-ours \
     --json-out $J/bench_kda_300M.json > $J/bench_kda_300M.log 2>&1
   log "B kda_300M rc=$?"
+  python3 $B --preset gdn_300M --runs ours:16 ours_fp8:16 fla_tuned:16 fla_shipped:16 ours:64 \
+    ours_fp8:64 fla_tuned:64 --repeat-ours --json-out $J/bench_gdn_300M.json > $J/bench_gdn_300M.log 2>&1
+  log "B gdn_300M rc=$?"
+fi
+# ---- PR: the profile (the recipe's engine, then the Megatron engine), alone on the GPU
+if has PR; then
+  python3 benchmarks/profile_step.py --preset kda_300M --micro 16 --out $J/profile_kda300_m16 > $J/profile.log 2>&1
+  log "PR profile rc=$?"
+  python3 benchmarks/profile_step.py --preset kda_300M --micro 16 --set optimizer.impl=megatron \
+    --out $J/profile_kda300_m16_megatron > $J/profile_megatron.log 2>&1
+  log "PR profile megatron rc=$?"
+fi
+# ---- L: 1B and the Mamba hybrid beside FLA's classes (ours only where FLA has none); the shipped
+# 1B/hybrid recipes combine torch_fused with the distributed optimizer, which train refuses
+if has L; then
+  for p in kda_1B gdn_1B; do
+    python3 $B --preset $p --runs ours:16 fla_tuned:16 fla_shipped:16 ours_fp8:16 --repeat-ours \
+      --set parallelism.distributed_optimizer=false --json-out $J/bench_$p.json > $J/bench_$p.log 2>&1
+    log "L bench $p rc=$?"
+  done
+  python3 $B --preset zebra_mamba_300M_hybrid --runs ours:16 ours_fp8:16 --repeat-ours \
+    --set parallelism.distributed_optimizer=false \
+    --json-out $J/bench_zebra_mamba_300M_hybrid.json > $J/bench_zebra_mamba_300M_hybrid.log 2>&1
+  log "L bench hybrid rc=$?"
+fi
+# ---- F: the FP8 MLP's 100-iteration loss trajectory on the shipped engine, one run after the other
+if has F; then
+  LT=(kda_300M "${RUN[@]}" --set batch.micro=16 --set batch.global=32 --set schedule.iterations=100
+      --set schedule.warmup_iterations=10 --set checkpoint.interval=100000)
+  $T train "${LT[@]}" --output $J/runs/lt_bf16 > $J/lt_bf16.log 2>&1
+  log "F bf16 rc=$?"
+  $T train "${LT[@]}" --set kernels.fp8_mlp=tensorwise --output $J/runs/lt_fp8 > $J/lt_fp8.log 2>&1
+  log "F fp8 rc=$?"
+  rm -rf $J/runs/lt_*/checkpoints
 fi
 log DONE
 JOBEOF
-  J=$J R=$R PHASES="${PHASES:-C K T P CO B}" setsid bash "$J/job.sh" > "$J/job.out" 2>&1 < /dev/null &
+  J=$J R=$R PHASES="${PHASES:-C K T P CO B PR L F}" setsid bash "$J/job.sh" > "$J/job.out" 2>&1 < /dev/null &
   echo "started"
   ;;
 wait)
