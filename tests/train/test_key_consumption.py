@@ -150,7 +150,7 @@ def _fake_fla(monkeypatch) -> None:
     def passthrough(q, k, v, g, beta, **_):
         return v + 0 * (q.sum() + k.sum() + g.sum() + beta.sum()), None
 
-    def gla(q, k, v, g=None, scale=None):
+    def gla(q, k, v, g=None, scale=None, **_):
         return v + 0 * (q.sum() + k.sum() + g.sum()), None
 
     def conv(x, w, bias, activation, backend):
