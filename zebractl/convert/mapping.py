@@ -205,6 +205,24 @@ def _entries(m: ModelConfig, fmt: str = "fla") -> list[tuple[Entry, dict[str, in
     return out
 
 
+def check_table(m: ModelConfig, fmt: str = "fla") -> None:
+    """Every tensor of the model's table is mapped once in each direction: no name of ours and no
+    name of theirs appears twice (raises listing every doubly mapped name)."""
+    ours: list[str] = []
+    theirs: list[str] = []
+    for e, ix in _entries(m, fmt):
+        ours.append(e.ours.format(**ix))
+        if isinstance(e, Split):
+            theirs += [n.format(**ix) for n, size in zip(e.theirs, e.sizes(m), strict=True) if size]
+        else:
+            theirs.append(e.theirs.format(**ix))
+    doubled = sorted(
+        {n for n in ours if ours.count(n) > 1} | {n for n in theirs if theirs.count(n) > 1}
+    )
+    if doubled:
+        raise MappingError(f"doubly mapped tensors in the {fmt} table: {doubled}")
+
+
 def _take(sd: dict[str, Tensor], key: str, used: set[str]) -> Tensor:
     if key not in sd:
         raise MappingError(f"missing tensor {key}")
@@ -235,6 +253,7 @@ def to_hf(
 
     ``keep_padding``: keep the vocabulary's padding rows (the export then has
     ``padded_vocab_size`` rows and computes exactly our softmax; see :func:`fla_config`)."""
+    check_table(m, fmt)
     rows = m.padded_vocab_size if keep_padding else m.vocab_size
     sd = {k: v for k, v in sd.items() if not k.endswith("_extra_state")}
     out: dict[str, Tensor] = {}
@@ -262,6 +281,7 @@ def from_hf(sd: dict[str, Tensor], m: ModelConfig, fmt: str = "fla") -> dict[str
 
     Embedding-shaped tensors may have ``vocab_size`` rows (FLA's own checkpoints: the padding rows
     are zero-filled) or ``padded_vocab_size`` rows (our exports: kept as they are)."""
+    check_table(m, fmt)
     if m.tie_embeddings:
         sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
     out: dict[str, Tensor] = {}

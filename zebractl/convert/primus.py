@@ -159,10 +159,16 @@ def _entries(ours: dict[str, Tensor], m: ModelConfig) -> list[Take]:
 def from_primus(sd: dict[str, Tensor], template: dict[str, Tensor], m: ModelConfig) -> dict:
     """Primus state dict -> ours, shaped like ``template`` (our model's state dict)."""
     sd = {k: v for k, v in sd.items() if not k.endswith("_extra_state") and v is not None}
+    entries = _entries(template, m)
+    theirs = [n for t in entries for n in t.theirs]
+    ours = [t.ours for t in entries]
+    doubled = sorted({n for side in (theirs, ours) for n in side if side.count(n) > 1})
+    if doubled:
+        raise MappingError(f"doubly mapped tensors in the Primus table: {doubled}")
     used: set[str] = set()
     out: dict[str, Tensor] = {}
     problems: list[str] = []
-    for t in _entries(template, m):
+    for t in entries:
         present = [n for n in t.theirs if n in sd]
         if not present:
             problems.append(
