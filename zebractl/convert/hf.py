@@ -587,13 +587,7 @@ def import_hf(
     folder: Path, output: Path, *, preset: str | None = None, console: Callable[[str], None] = print
 ) -> ImportResult:
     """Write an HF folder (ours or FLA's) as a zebractl checkpoint folder for ``--init-from``:
-    ``OUTPUT/iter_0000000`` (megatron torch_dist, weights only, with its marker)."""
-    from zebractl import __version__
-    from zebractl.model.model import build_model
-    from zebractl.run import checkpoint as ckpt
-    from zebractl.run.records import CheckpointMarker
-    from zebractl.runtime import dist
-
+    ``OUTPUT/iter_0000000`` (:func:`write_weights`)."""
     t0 = time.perf_counter()
     folder, output = Path(folder), Path(output)
     if not is_hf_folder(folder):
@@ -607,10 +601,25 @@ def import_hf(
     m = hf_model_config(folder, preset)
     sd = load_hf_state(folder, m)
     console(f"writing {output} ({architecture(m)}, {len(sd)} tensors)")
+    return write_weights(m, sd, output, t0)
+
+
+def write_weights(m: Any, sd: dict[str, Tensor], output: Path, t0: float) -> ImportResult:
+    """Write our-named weights ``sd`` of model ``m`` as ``OUTPUT/iter_0000000`` (megatron
+    torch_dist, weights only, with its marker): what every import ends with."""
+    from zebractl import __version__
+    from zebractl.model.model import build_model
+    from zebractl.run import checkpoint as ckpt
+    from zebractl.run.records import CheckpointMarker
+    from zebractl.runtime import dist
+
     marker = CheckpointMarker(iteration=0, consumed_samples=0, zebractl_version=__version__)
     with dist.scoped():  # megatron's writer needs a process group; none is left behind
         model = build_model(m, kernels=None, device="cpu")
-        ckpt.load_model_state(model, sd)
+        own = model.state_dict()
+        ckpt.load_model_state(
+            model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()}
+        )
         state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
         final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
     return ImportResult(

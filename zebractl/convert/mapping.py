@@ -107,21 +107,20 @@ GDN_BLOCK = _delta_rule_block(
 )
 
 _S = "decoder.layers.{mixer}.self_attention."
+MAMBA2_MIXER_TENSORS = (
+    "in_proj.weight",
+    "conv1d.weight",
+    "conv1d.bias",
+    "A_log",
+    "D",
+    "dt_bias",
+    "norm.weight",
+    "out_proj.weight",
+)
+"""A Mamba2 mixer's tensors: the same names here, in FLA's Mamba2 layer and in Primus."""
 MAMBA2_BLOCK: tuple[Entry, ...] = (
     Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    *(
-        Rename(_M + n, _A + n)
-        for n in (
-            "in_proj.weight",
-            "conv1d.weight",
-            "conv1d.bias",
-            "A_log",
-            "D",
-            "dt_bias",
-            "norm.weight",
-            "out_proj.weight",
-        )
-    ),
+    *(Rename(_M + n, _A + n) for n in MAMBA2_MIXER_TENSORS),
     *_MLP,
 )
 _MLA_COMMON: tuple[Entry, ...] = (

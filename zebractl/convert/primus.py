@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from zebractl.config.errors import ConfigError
-from zebractl.convert.mapping import MappingError
+from zebractl.convert.mapping import MAMBA2_MIXER_TENSORS, MappingError
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor
@@ -78,19 +78,7 @@ KDA_ONLY: tuple[Take, ...] = tuple(
 )
 MAMBA2: tuple[Take, ...] = (
     Take(_L + "norm.weight", (_L + "norm.weight", _MX + "in_proj.layer_norm_weight")),
-    *(
-        Take(_MX + n, _same(_MX + n))
-        for n in (
-            "in_proj.weight",
-            "conv1d.weight",
-            "conv1d.bias",
-            "A_log",
-            "D",
-            "dt_bias",
-            "norm.weight",
-            "out_proj.weight",
-        )
-    ),
+    *(Take(_MX + n, _same(_MX + n)) for n in MAMBA2_MIXER_TENSORS),
 )
 MLA: tuple[Take, ...] = (
     Take(
@@ -297,12 +285,9 @@ def import_primus(
     ``OUTPUT/iter_0000000`` for ``train --init-from``; ``preset`` names its architecture."""
     import time
 
-    from zebractl import __version__
     from zebractl.config.resolve import resolve_preset
-    from zebractl.convert.hf import ImportResult, architecture
+    from zebractl.convert.hf import write_weights
     from zebractl.model.model import build_model
-    from zebractl.run import checkpoint as ckpt
-    from zebractl.run.records import CheckpointMarker
     from zebractl.runtime import dist
 
     t0 = time.perf_counter()
@@ -328,22 +313,11 @@ def import_primus(
             "has one; the model would differ, so this checkpoint is not imported"
         )
     console(f"reading {file} ({len(sd)} tensors) as {preset}")
-    marker = CheckpointMarker(iteration=0, consumed_samples=0, zebractl_version=__version__)
-    with dist.scoped():  # megatron's writer needs a process group; none is left behind
-        model = build_model(m, kernels=None, device="cpu")
-        template = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
-        try:
-            ours = from_primus(sd, template, m)
-        except MappingError as exc:
-            raise ConfigError(f"{file} does not fit {preset}: {exc}") from None
-        ckpt.load_model_state(model, {k: v.to(template[k].dtype) for k, v in ours.items()})
-        state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
-        final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
-    return ImportResult(
-        output=output,
-        checkpoint=final,
-        architecture=architecture(m),
-        tensors=len(ours),
-        parameters=sum(v.numel() for v in ours.values()),
-        seconds=time.perf_counter() - t0,
-    )
+    with dist.scoped():  # the shapes and dtypes of our tensors, nothing allocated
+        meta = build_model(m, kernels=None, device="meta").state_dict()
+    template = {k: v for k, v in meta.items() if not k.endswith("_extra_state")}
+    try:
+        ours = from_primus(sd, template, m)
+    except MappingError as exc:
+        raise ConfigError(f"{file} does not fit {preset}: {exc}") from None
+    return write_weights(m, ours, output, t0)

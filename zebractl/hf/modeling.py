@@ -142,45 +142,70 @@ def _short_conv(channels: int, size: int) -> nn.Conv1d:
     return nn.Conv1d(channels, channels, size, groups=channels, bias=False)
 
 
-class ZebraKDA(nn.Module):
+class _DeltaRule(nn.Module):
+    """What KDA and GDN share with FLA's names: q/k/v projections and short convolutions, the decay
+    parameters, the gated output norm and projection (``kind``: ``kda`` or ``gdn``)."""
+
+    def __init__(self, m: Any, kind: str, dt_size: int, activation: str, opts: Any) -> None:
+        super().__init__()
+        block = getattr(m, kind)
+        self.cfg, self.opts = block, opts
+        d = self.d = m.linear_attention_dims(kind)
+        h, bias = m.hidden_size, m.linear_bias
+        self.q_proj = nn.Linear(h, d.key_dim, bias=bias)
+        self.k_proj = nn.Linear(h, d.key_dim, bias=bias)
+        self.v_proj = nn.Linear(h, d.value_dim, bias=bias)
+        conv = block.use_short_conv
+        self.q_conv1d = _short_conv(d.key_dim, block.conv_size) if conv else None
+        self.k_conv1d = _short_conv(d.key_dim, block.conv_size) if conv else None
+        self.v_conv1d = _short_conv(d.value_dim, block.conv_size) if conv else None
+        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.zeros(dt_size, dtype=torch.float32))
+        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, activation, opts)
+        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
+
+    def qkv(self, x: Tensor, cache: dict[str, Any] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected, convolved (+ SiLU) and split into heads."""
+        b, t, _ = x.shape
+        d, o = self.d, self.opts
+        q = _conv(self.q_proj(x), self.q_conv1d, o, cache, "q")
+        k = _conv(self.k_proj(x), self.k_conv1d, o, cache, "k")
+        v = _conv(self.v_proj(x), self.v_conv1d, o, cache, "v")
+        return (
+            q.view(b, t, d.num_heads, d.head_k_dim),
+            k.view(b, t, d.num_heads, d.head_k_dim),
+            v.view(b, t, d.num_v_heads, d.head_v_dim),
+        )
+
+    def output(self, out: Tensor, gate: Tensor | None) -> Tensor:
+        b, t = out.shape[:2]
+        return self.o_proj(self.o_norm(out, gate).reshape(b, t, self.d.value_dim))
+
+
+class ZebraKDA(_DeltaRule):
     """Kimi Delta Attention with FLA's names (``KDAForCausalLM``'s ``attn``)."""
 
-    def __init__(self, m: Any, opts: KernelOptions) -> None:
-        super().__init__()
-        self.cfg, self.opts = m.kda, opts
-        d = self.d = m.linear_attention_dims("kda")
+    def __init__(self, m: Any, opts: Any) -> None:
+        d = m.linear_attention_dims("kda")
+        super().__init__(m, "kda", d.num_v_heads * d.head_k_dim, "sigmoid", opts)
         h, bias = m.hidden_size, m.linear_bias
-        q, k, v, fa, ga, beta = kda_in_proj_rows(m)
-        self.q_proj, self.k_proj = nn.Linear(h, q, bias=bias), nn.Linear(h, k, bias=bias)
-        self.v_proj = nn.Linear(h, v, bias=bias)
+        *_, fa, ga, beta = kda_in_proj_rows(m)
         self.f_proj = nn.Sequential(
             nn.Linear(h, fa, bias=bias), nn.Linear(fa, d.num_v_heads * d.head_k_dim, bias=False)
         )
         self.g_proj = nn.Sequential(nn.Linear(h, ga, bias=bias), nn.Linear(ga, d.value_dim))
         self.b_proj = nn.Linear(h, beta, bias=bias)
-        conv = m.kda.use_short_conv
-        self.q_conv1d = _short_conv(q, m.kda.conv_size) if conv else None
-        self.k_conv1d = _short_conv(k, m.kda.conv_size) if conv else None
-        self.v_conv1d = _short_conv(v, m.kda.conv_size) if conv else None
-        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
-        self.dt_bias = nn.Parameter(torch.zeros(d.num_v_heads * d.head_k_dim, dtype=torch.float32))
-        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, "sigmoid", opts)
-        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
 
     def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
         b, t, _ = x.shape
-        d, o, c = self.d, self.opts, cache
-        q = _conv(self.q_proj(x), self.q_conv1d, o, c, "q").view(b, t, d.num_heads, d.head_k_dim)
-        k = _conv(self.k_proj(x), self.k_conv1d, o, c, "k").view(b, t, d.num_heads, d.head_k_dim)
-        v = _conv(self.v_proj(x), self.v_conv1d, o, c, "v")
-        v = v.view(b, t, d.num_v_heads, d.head_v_dim)
-        f = self.f_proj(x).view(b, t, d.num_v_heads, d.head_k_dim)
+        d = self.d
+        q, k, v = self.qkv(x, cache)
         out = ops.kda(
-            o,
+            self.opts,
             q,
             k,
             v,
-            f,
+            self.f_proj(x).view(b, t, d.num_v_heads, d.head_k_dim),
             self.b_proj(x),
             self.A_log,
             self.dt_bias,
@@ -190,42 +215,27 @@ class ZebraKDA(nn.Module):
             **_state_io(cache),
         )
         out = _keep_state(out, cache)
-        gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
-        return self.o_proj(self.o_norm(out, gate).reshape(b, t, d.value_dim))
+        return self.output(out, self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim))
 
 
-class ZebraGDN(nn.Module):
+class ZebraGDN(_DeltaRule):
     """Gated DeltaNet with FLA's names (``GatedDeltaNetForCausalLM``'s ``attn``)."""
 
-    def __init__(self, m: Any, opts: KernelOptions) -> None:
-        super().__init__()
-        self.cfg, self.opts = m.gdn, opts
-        d = self.d = m.linear_attention_dims("gdn")
+    def __init__(self, m: Any, opts: Any) -> None:
+        d = m.linear_attention_dims("gdn")
+        super().__init__(m, "gdn", d.num_v_heads, m.gdn.gate_activation, opts)
         h, bias = m.hidden_size, m.linear_bias
-        q, k, v, z, beta, alpha = gdn_in_proj_rows(m)
-        self.q_proj, self.k_proj = nn.Linear(h, q, bias=bias), nn.Linear(h, k, bias=bias)
-        self.v_proj = nn.Linear(h, v, bias=bias)
+        *_, z, beta, alpha = gdn_in_proj_rows(m)
         self.g_proj = nn.Linear(h, z, bias=bias) if z else None
         self.b_proj = nn.Linear(h, beta, bias=bias)
         self.a_proj = nn.Linear(h, alpha, bias=bias)
-        conv = m.gdn.use_short_conv
-        self.q_conv1d = _short_conv(q, m.gdn.conv_size) if conv else None
-        self.k_conv1d = _short_conv(k, m.gdn.conv_size) if conv else None
-        self.v_conv1d = _short_conv(v, m.gdn.conv_size) if conv else None
-        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
-        self.dt_bias = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
-        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
-        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
 
     def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
         b, t, _ = x.shape
-        d, o, c = self.d, self.opts, cache
-        q = _conv(self.q_proj(x), self.q_conv1d, o, c, "q").view(b, t, d.num_heads, d.head_k_dim)
-        k = _conv(self.k_proj(x), self.k_conv1d, o, c, "k").view(b, t, d.num_heads, d.head_k_dim)
-        v = _conv(self.v_proj(x), self.v_conv1d, o, c, "v")
-        v = v.view(b, t, d.num_v_heads, d.head_v_dim)
+        d = self.d
+        q, k, v = self.qkv(x, cache)
         out = ops.gdn(
-            o,
+            self.opts,
             q,
             k,
             v,
@@ -240,7 +250,7 @@ class ZebraGDN(nn.Module):
         gate = None
         if self.g_proj is not None:
             gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
-        return self.o_proj(self.o_norm(out, gate).reshape(b, t, d.value_dim))
+        return self.output(out, gate)
 
 
 class ZebraMLA(nn.Module):

@@ -33,7 +33,7 @@ from zebractl.schemas.recipe import RunConfig
 class Precompile:
     """A background compilation started by :func:`start`."""
 
-    thread: threading.Thread
+    thread: threading.Thread | None = None
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     error: BaseException | None = None
@@ -44,7 +44,8 @@ class Precompile:
         """Wait for the thread; one line for the log (how long it took, how long the main thread
         waited for it, or why it failed: the first step then compiles what is missing)."""
         t0 = time.perf_counter()
-        self.thread.join()
+        if self.thread is not None:
+            self.thread.join()
         for helper in self.helpers:
             helper.join()
         waited = time.perf_counter() - t0
@@ -70,7 +71,7 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
             return None
     except Exception:  # noqa: BLE001 - FLA missing: the trainer reports that itself
         return None
-    job = Precompile(threading.Thread(name="zebractl-precompile", daemon=True, target=lambda: None))
+    job = Precompile()
     for build in tilelang_builds(cfg):  # nvcc in threads of their own, beside the Triton compiles
 
         def helper(build=build) -> None:

@@ -66,6 +66,29 @@ def _beta(beta_raw: Tensor, allow_neg_eigval: bool) -> Tensor:
     return b * 2 if allow_neg_eigval else b
 
 
+def _torch_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta_raw: Tensor,
+    allow_neg_eigval: bool,
+    initial_state: Tensor | None,
+    output_final_state: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """KDA's and GDN's torch path once the decay ``g`` is computed (l2-normed q/k, sigmoid beta)."""
+    o, s = T.chunk_delta_rule(
+        T.l2norm(q),
+        T.l2norm(k),
+        v,
+        g,
+        _beta(beta_raw, allow_neg_eigval),
+        initial_state=initial_state,
+        output_final_state=output_final_state,
+    )
+    return (o, s) if output_final_state else o
+
+
 def kda(
     opts: KernelOptions,
     q: Tensor,
@@ -117,16 +140,9 @@ def kda(
         )
         return (o, s) if output_final_state else o
     g = _kda_gate(f, a_log, dt_bias, lower_bound)
-    o, s = T.chunk_delta_rule(
-        T.l2norm(q),
-        T.l2norm(k),
-        v,
-        g,
-        _beta(beta_raw, allow_neg_eigval),
-        initial_state=initial_state,
-        output_final_state=output_final_state,
+    return _torch_delta_rule(
+        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
     )
-    return (o, s) if output_final_state else o
 
 
 def _kda_gate(f: Tensor, a_log: Tensor, dt_bias: Tensor, lower_bound: float | None) -> Tensor:
@@ -181,16 +197,9 @@ def gdn(
         )
         return (o, s) if output_final_state else o
     g = T.gdn_gate(a, a_log, dt_bias)
-    o, s = T.chunk_delta_rule(
-        T.l2norm(q),
-        T.l2norm(k),
-        v,
-        g,
-        _beta(beta_raw, allow_neg_eigval),
-        initial_state=initial_state,
-        output_final_state=output_final_state,
+    return _torch_delta_rule(
+        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
     )
-    return (o, s) if output_final_state else o
 
 
 def ssd(
