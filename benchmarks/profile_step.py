@@ -120,28 +120,24 @@ def main() -> None:
     ap.add_argument("--profiled", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra --set")
+    ap.add_argument(
+        "--impl", default="ours", help="a step of step_bench.py: ours, ours_fp8, fla_tuned, ..."
+    )
     a = ap.parse_args()
     from zebractl.runtime import kernel_cache
     from zebractl.runtime.dist import ensure_initialized
-    from zebractl.train.engine import build_engine
 
     kernel_cache.configure()
     ensure_initialized()
-    cfg = sb._cfg(a.preset, a.micro, a.seq, a.extra)
-    m = cfg.model
-    engine = build_engine(cfg, torch.device("cuda"), world=1, seed=cfg.seed)
+    cfg = sb._cfg(a.preset, a.micro, a.seq, a.extra + sb.OURS_SETS.get(a.impl, []))
+    m, sd, _ = sb.initial_weights(a.preset, a.micro, a.seq, a.extra)
     ids = torch.randint(0, m.vocab_size, (a.micro, a.seq), device="cuda")
     labels, mask = ids.roll(-1, 1), torch.ones(a.micro, a.seq, device="cuda")
-
-    def step():
-        engine.zero_grad()
-        # the engine's autocast, as the Trainer applies it (torch_fused: fp32 params, bf16 autocast;
-        # without it every GEMM of a torch_fused recipe runs in fp32)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=engine.autocast):
-            loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
-            (loss_sum / ntok).backward()
-        engine.finish_grads()
-        engine.step()
+    # the step as step_bench times it (ours: the engine's autocast, as the Trainer applies it)
+    losses: list = []
+    step, _holder = sb.make_step(
+        a.impl, a.preset, a.micro, a.seq, a.extra, m, sd, ids, labels, mask, losses
+    )
 
     times = sb._time(step, a.warmup, a.timed, True)
     med = statistics.median(times)
@@ -165,8 +161,8 @@ def main() -> None:
     n = a.profiled
     rows = sorted(by_cat.items(), key=lambda kv: -kv[1])
     lines = [
-        f"# Profile: {a.preset} micro {a.micro} seq {a.seq} (zebractl, {cfg.optimizer.impl} engine, "
-        "accumulation 1)",
+        f"# Profile: {a.preset} micro {a.micro} seq {a.seq}, step `{a.impl}` of step_bench.py "
+        f"({cfg.optimizer.impl} engine for ours; accumulation 1)",
         "",
         f"Unprofiled step (median of {a.timed}): {med:.1f} ms = {a.micro * a.seq / med * 1e3:,.0f} tok/s. "
         f"Profiled {n} steps: kernel sum {total / n:.1f} ms/step, GPU window {window / n:.1f} ms/step "
@@ -193,6 +189,7 @@ def main() -> None:
         json.dumps(
             {
                 "preset": a.preset,
+                "impl": a.impl,
                 "micro": a.micro,
                 "seq": a.seq,
                 "step_ms": med,

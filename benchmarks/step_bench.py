@@ -15,8 +15,9 @@ after --warmup steps. Three implementations, each built fresh from the same init
   torch_fused.
   ``ours_fp8`` / ``ours_fp8_rowwise``: the recipe's engine with ``kernels.fp8_mlp`` tensorwise /
   rowwise (opt-in FP8 MLP GEMMs through torchao, the MLP compiled); ``ours_megatron_fp8``: the
-  Megatron engine with tensorwise FP8. ``ours_chunks8``: the LM-head loss in 8 chunks (as FLA
-  tuned) instead of the recipe's 32. ``ours_unfused_add``: the residual add outside the
+  Megatron engine with tensorwise FP8. ``ours_chunks8`` / ``4`` / ``2``: the LM-head loss in 8 (as FLA
+  tuned) / 4 / 2 chunks instead of the recipe's 32; ``ours_fp8_chunks4``,
+  ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
   next norm, as before the fused add+RMSNorm (measures that change alone).
 - ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
   the way FLA trains (fp32 params, bf16 autocast, ``torch.optim.AdamW(fused=True)``, clip 1.0),
@@ -111,6 +112,10 @@ OURS_SETS = {
     "ours_fp8_rowwise": ["kernels.fp8_mlp=rowwise"],
     "ours_megatron_fp8": ["optimizer.impl=megatron", "kernels.fp8_mlp=tensorwise"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
+    "ours_chunks4": ["kernels.fused_ce_chunks=4"],
+    "ours_chunks2": ["kernels.fused_ce_chunks=2"],
+    "ours_fp8_chunks4": ["kernels.fp8_mlp=tensorwise", "kernels.fused_ce_chunks=4"],
+    "ours_fp8_rowwise_chunks4": ["kernels.fp8_mlp=rowwise", "kernels.fused_ce_chunks=4"],
 }
 
 
@@ -174,6 +179,69 @@ def _free() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def initial_weights(preset: str, micro: int, seq: int, extra: list[str]):
+    """The model config, the shared initial weights (fp32 on the CPU, as every engine initialises)
+    and the parameter count."""
+    from zebractl.model.model import build_model
+
+    base = _cfg(preset, micro, seq, extra)
+    init = build_model(base.model, kernels=base.kernels, device="cpu", seed=base.seed)
+    sd = {k: v for k, v in init.state_dict().items() if not k.endswith("_extra_state")}
+    return base.model, sd, sum(p.numel() for p in init.parameters())
+
+
+def make_step(impl, preset, micro, seq, extra, m, sd, ids, labels, mask, losses):
+    """The training step of ``impl`` (see the module docstring) from the initial weights ``sd``,
+    and the objects it holds (freed by the caller). Each call appends the step's loss to ``losses``."""
+    from zebractl.train.engine import build_engine
+
+    cuda = torch.cuda.is_available()
+    device = ids.device
+    if impl.startswith("ours"):
+        cfg = _cfg(preset, micro, seq, extra + OURS_SETS.get(impl, []))
+        if not cuda or impl == "ours_torch_fused":
+            cfg = cfg.model_copy(
+                update={"optimizer": cfg.optimizer.model_copy(update={"impl": "torch_fused"})}
+            )
+        engine = build_engine(cfg, device, world=1, seed=cfg.seed)
+        if impl == "ours_unfused_add":
+            _unfuse_residual_adds(engine.model)
+        target = engine.model.state_dict()
+        engine.model.load_state_dict(
+            {k: v.to(target[k].dtype) for k, v in sd.items()}, strict=False
+        )
+        engine.reload_model_params()
+        for g in engine.optimizer.param_groups:
+            g["lr"] = 3e-4
+
+        def step(engine=engine, ids=ids, labels=labels, mask=mask, losses=losses):
+            engine.zero_grad()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast):
+                loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
+                loss = loss_sum / ntok
+                loss.backward()
+            engine.finish_grads()
+            engine.step()
+            losses.append(loss.detach())
+
+        return step, [engine]
+    model = _fla_model(m, sd).to(device).train()
+    if impl == "fla_tuned":
+        model.criterion = OurLoss(num_chunks=8)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=cuda)
+
+    def step(model=model, opt=opt, ids=ids, losses=losses):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(out.loss.detach())
+
+    return step, [model, opt]
+
+
 def bench(
     preset: str,
     runs: list[tuple[str, int]],
@@ -183,22 +251,14 @@ def bench(
     repeat_ours: bool,
     extra: list[str],
 ) -> None:
-    from zebractl.model.model import build_model
     from zebractl.planning.flops import flops_per_token
     from zebractl.runtime.dist import ensure_initialized
-    from zebractl.train.engine import build_engine
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     ensure_initialized()
-    base = _cfg(preset, runs[0][1], seq, extra)
-    m = base.model
+    m, sd, n_params = initial_weights(preset, runs[0][1], seq, extra)
     plan_flops = flops_per_token(m, seq).training
-    # the shared initial weights (fp32, as every engine initialises)
-    init = build_model(m, kernels=base.kernels, device="cpu", seed=base.seed)
-    sd = {k: v for k, v in init.state_dict().items() if not k.endswith("_extra_state")}
-    n_params = sum(p.numel() for p in init.parameters())
-    del init
     order = [(i, mb) for i, mb in runs if i.startswith("ours") or _has_fla_class(m)]
     ours = [r for r in order if r[0] == "ours"]
     if repeat_ours and ours:
@@ -213,52 +273,9 @@ def bench(
         losses: list[torch.Tensor] = []
         try:
             t_build = time.perf_counter()
-            if impl.startswith("ours"):
-                cfg = _cfg(preset, micro, seq, extra + OURS_SETS.get(impl, []))
-                if not cuda or impl == "ours_torch_fused":
-                    cfg = cfg.model_copy(
-                        update={
-                            "optimizer": cfg.optimizer.model_copy(update={"impl": "torch_fused"})
-                        }
-                    )
-                engine = build_engine(cfg, device, world=1, seed=cfg.seed)
-                if impl == "ours_unfused_add":
-                    _unfuse_residual_adds(engine.model)
-                target = engine.model.state_dict()
-                engine.model.load_state_dict(
-                    {k: v.to(target[k].dtype) for k, v in sd.items()}, strict=False
-                )
-                engine.reload_model_params()
-                for g in engine.optimizer.param_groups:
-                    g["lr"] = 3e-4
-
-                def step(engine=engine, ids=ids, labels=labels, mask=mask, losses=losses):
-                    engine.zero_grad()
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast):
-                        loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
-                        loss = loss_sum / ntok
-                        loss.backward()
-                    engine.finish_grads()
-                    engine.step()
-                    losses.append(loss.detach())
-
-                holder = [engine]
-            else:
-                model = _fla_model(m, sd).to(device).train()
-                if impl == "fla_tuned":
-                    model.criterion = OurLoss(num_chunks=8)
-                opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=cuda)
-
-                def step(model=model, opt=opt, ids=ids, losses=losses):
-                    opt.zero_grad(set_to_none=True)
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-                        out = model(input_ids=ids, labels=ids)
-                    out.loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    opt.step()
-                    losses.append(out.loss.detach())
-
-                holder = [model, opt]
+            step, holder = make_step(
+                impl, preset, micro, seq, extra, m, sd, ids, labels, mask, losses
+            )
             build_s = time.perf_counter() - t_build
             t0 = time.perf_counter()
             step()

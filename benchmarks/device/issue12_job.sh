@@ -4,15 +4,17 @@
 #                unpack the carried site packages (.whl/site312.tar.xz), launch the job (setsid)
 #   wait SECONDS follow the job until it is DONE or SECONDS pass; copy its logs and results to $OUT
 # Carried: .whl (site packages), gpu_data (the demo corpus, GPT-2 vocabulary).
-# The third session's job (this file; the earlier sessions' versions are in git history):
+# The fourth session's job (this file; the earlier sessions' versions are in git history):
 #   C  cold start on the fresh machine the first call gets: launch -> end of iteration 1 with empty
 #      kernel caches (the shipped tuned configurations seeded), kda_300M with the background
 #      precompilation
 #   K  checkpoint stall: asynchronous saves through the reused staging arena
 #   T  GPU tests (resume bitwise with async saves and with the distributed optimizer)
 #   P  the precompile GPU test;  CO  cold start without the precompilation
-#   B  side-by-side step throughput, kda_300M and gdn_300M (FP8 MLP on the shipped engine)
-#   PR the profile;  L  1B and the Mamba hybrid;  F  the FP8 loss trajectory on the shipped engine
+#   PR the profile of ours and of FLA tuned (kda_300M, micro 16)
+#   B  side-by-side step throughput, kda_300M and gdn_300M (LM-head chunks, FP8 MLP)
+#   I13 issue 13's convert/verify job (benchmarks/device/issue13_job.sh)
+#   L  1B and the Mamba hybrid;  F  the FP8 loss trajectory on the shipped engine
 # PHASES="C K T" (environment) picks phases; all by default. Keep each `wait` call's total under
 # the call's limit (setup takes ~50 s): a call cut at its limit returns nothing.
 set -uo pipefail
@@ -99,23 +101,30 @@ if has P; then
   log "T precompile test rc=$?"
 fi
 if has CO; then cold kda_300M_noprecompile kda_300M --set kernels.precompile=false; fi
-# ---- B: side-by-side throughput, kda_300M (alone on the GPU)
+# ---- PR: the profile of ours (the recipe's engine) and of FLA tuned, alone on the GPU
+if has PR; then
+  for impl in ours fla_tuned; do
+    python3 benchmarks/profile_step.py --preset kda_300M --micro 16 --impl $impl \
+      --out $J/profile_kda300_m16_$impl > $J/profile_$impl.log 2>&1
+    log "PR profile $impl rc=$?"
+  done
+fi
+# ---- B: side-by-side throughput (alone on the GPU): the LM-head chunk count, FP8 MLP
 if has B; then
-  python3 $B --preset kda_300M --runs ours:16 ours_fp8:16 fla_tuned:16 fla_shipped:16 \
-    ours_megatron:16 ours:64 ours_fp8:64 fla_tuned:64 --repeat-ours \
+  python3 $B --preset kda_300M --runs ours:16 ours_chunks8:16 ours_chunks4:16 ours_chunks2:16 \
+    ours_fp8:16 ours_fp8_chunks4:16 ours_fp8_rowwise_chunks4:16 fla_tuned:16 fla_shipped:16 \
+    ours:64 ours_chunks8:64 ours_fp8:64 fla_tuned:64 --repeat-ours \
     --json-out $J/bench_kda_300M.json > $J/bench_kda_300M.log 2>&1
   log "B kda_300M rc=$?"
-  python3 $B --preset gdn_300M --runs ours:16 ours_fp8:16 fla_tuned:16 fla_shipped:16 ours:64 \
-    ours_fp8:64 fla_tuned:64 --repeat-ours --json-out $J/bench_gdn_300M.json > $J/bench_gdn_300M.log 2>&1
+  python3 $B --preset gdn_300M --runs ours:16 ours_chunks4:16 ours_fp8_chunks4:16 fla_tuned:16 \
+    fla_shipped:16 ours:64 ours_chunks8:64 fla_tuned:64 --repeat-ours \
+    --json-out $J/bench_gdn_300M.json > $J/bench_gdn_300M.log 2>&1
   log "B gdn_300M rc=$?"
 fi
-# ---- PR: the profile (the recipe's engine, then the Megatron engine), alone on the GPU
-if has PR; then
-  python3 benchmarks/profile_step.py --preset kda_300M --micro 16 --out $J/profile_kda300_m16 > $J/profile.log 2>&1
-  log "PR profile rc=$?"
-  python3 benchmarks/profile_step.py --preset kda_300M --micro 16 --set optimizer.impl=megatron \
-    --out $J/profile_kda300_m16_megatron > $J/profile_megatron.log 2>&1
-  log "PR profile megatron rc=$?"
+# ---- I13: issue 13 (convert -> verify on the GPU, the loss ours vs HF)
+if has I13; then
+  OUT13=$J bash benchmarks/device/issue13_job.sh > $J/issue13.out 2>&1
+  log "I13 rc=$? $(tr '\n' ' ' < $J/issue13.out | cut -c1-600)"
 fi
 # ---- L: 1B and the Mamba hybrid beside FLA's classes (ours only where FLA has none); the shipped
 # 1B/hybrid recipes combine torch_fused with the distributed optimizer, which train refuses
@@ -142,7 +151,7 @@ if has F; then
 fi
 log DONE
 JOBEOF
-  J=$J R=$R PHASES="${PHASES:-C K T P CO B PR L F}" setsid bash "$J/job.sh" > "$J/job.out" 2>&1 < /dev/null &
+  J=$J R=$R PHASES="${PHASES:-C K T P CO PR B I13 L F}" setsid bash "$J/job.sh" > "$J/job.out" 2>&1 < /dev/null &
   echo "started"
   ;;
 wait)

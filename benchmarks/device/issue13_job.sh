@@ -7,16 +7,17 @@
 # machine, or expect ~4 minutes of autotuning in the training run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-rm -rf /tmp/site312 && tar xJf .whl/site312.tar.xz -C /tmp || exit 1
+# Inside issue12_job.sh (phase I13) the packages are unpacked already and OUT13 names its job folder.
+[ -d /tmp/site312/fla ] || { tar xJf .whl/site312.tar.xz -C /tmp || exit 1; }
 export PYTHONPATH=/tmp/site312:$PWD PYTHONUNBUFFERED=1 ZEBRACTL_TEST_DATA=$PWD/gpu_data ZEBRACTL_CACHE_DIR=${ZEBRACTL_CACHE_DIR:-/tmp/zcache}
-J=$OUT/issue13 && mkdir -p "$J"
+J=${OUT13:-$OUT}/issue13 && mkdir -p "$J"
 RUN=(--set "data.paths=[{path: $PWD/gpu_data}]" --set data.tokenizer=null --set logging.tensorboard=false
      --set parallelism.num_gpus=1 --set validation=null --set batch.micro=16 --set batch.global=16
      --set schedule.iterations=30 --set schedule.warmup_iterations=3 --set checkpoint.interval=30)
 for p in kda_300M zebra_gdn_300M_hybrid; do
   # the shipped hybrid recipes ask for the distributed optimizer with torch_fused (refused)
   python3 -m zebractl train $p "${RUN[@]}" --set parallelism.distributed_optimizer=false \
-    --output /tmp/z13/run_$p > "$J/train_$p.log" 2>&1
+    --set checkpoint.keep_last=1 --output /tmp/z13/run_$p > "$J/train_$p.log" 2>&1
   echo "train $p rc=$?"
   python3 benchmarks/convert_check.py /tmp/z13/run_$p /tmp/z13/hf_$p --dtype bf16 --sequences 8 \
     --json-out "$J/convert_check_$p.json" > "$J/convert_check_$p.log" 2>&1
@@ -24,6 +25,8 @@ for p in kda_300M zebra_gdn_300M_hybrid; do
   python3 -m zebractl verify /tmp/z13/run_$p /tmp/z13/hf_$p --device cuda --json \
     > "$J/verify_$p.json" 2> "$J/verify_$p.log"
   echo "verify $p rc=$?"; tail -5 "$J/verify_$p.log"
+  cp /tmp/z13/run_$p/metrics.jsonl "$J/metrics_$p.jsonl" 2>/dev/null
+  rm -rf /tmp/z13/run_$p/checkpoints
 done
 python3 -m pytest -m gpu tests/convert -q -p no:cacheprovider -rs > "$J/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; tail -3 "$J/gpu_tests.log"
