@@ -72,7 +72,9 @@ def categorize(trace: dict, vocab: int, ffn: int) -> tuple[dict, dict, float, fl
             ops[e["tid"]].append(
                 (e["ts"], e["ts"] + e.get("dur", 0), e["name"], e.get("args", {}).get("Input Dims"))
             )
-        elif cat == "cuda_runtime" and "correlation" in e.get("args", {}):
+        elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            # cuBLAS (nvjet) and Triton launch through the driver API (cuLaunchKernel[Ex]): without
+            # these, no GEMM finds its op and every GEMM fell into one category (fourth session)
             launches[e["args"]["correlation"]] = (e["tid"], e["ts"])
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             kernels.append(e)

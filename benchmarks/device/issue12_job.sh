@@ -177,7 +177,7 @@ for line in sys.stdin:
   grep -h "G\s" "$J/ckpt_async.log" 2>/dev/null
   cat "$J/cold.txt" 2>/dev/null
   tar czf "$OUT/issue12.tgz" -C "$J" --exclude='checkpoints' --exclude='data_cache' --exclude='*.tar.xz' \
-    --exclude='*.tfevents*' --exclude='trace*' . 2>/dev/null
+    --exclude='*.tfevents*' --exclude='trace.json' . 2>/dev/null
   ls -la "$OUT"
   ;;
 esac

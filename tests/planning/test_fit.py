@@ -1,8 +1,9 @@
 """`plan --fit` and the memory estimate behind it, against peak memory measured on an H200.
 
-Golden numbers: benchmarks/results/2026-12-01_h200_issue12b/bench_*.json (benchmarks/step_bench.py,
+Golden numbers: benchmarks/results/2026-12-01_h200_issue12{b,d}/bench_*.json (benchmarks/step_bench.py,
 seq 2048, torch.cuda.max_memory_allocated): zebractl's step on the engine each row names (``ours`` =
-the recipe's torch_fused engine, ``ours_megatron`` = the Megatron engine), taken only from runs whose
+the recipe's torch_fused engine with the LM-head loss in 32 chunks, as the recipes then were;
+``ours_chunksN``: in N chunks; ``ours_megatron`` = the Megatron engine), taken only from runs whose
 memory held nothing of an earlier run of the process (``static_gib`` is the engine's own state:
 step_bench builds several models one after the other, and later ones inherit leftovers).
 Tolerance: the estimate is within 10% of every measured peak.
@@ -20,8 +21,19 @@ from zebractl.planning.plan import GIB, Plan, fit, memory_estimate, parameter_re
 from zebractl.schemas.recipe import derive
 
 REPO = Path(__file__).resolve().parents[2]
-MEASURED = sorted((REPO / "benchmarks/results/2026-12-01_h200_issue12b").glob("bench_*.json"))
-ENGINES = {"ours": "torch_fused", "ours_megatron": "megatron"}
+MEASURED = sorted(
+    path
+    for session in ("issue12b", "issue12d")
+    for path in (REPO / f"benchmarks/results/2026-12-01_h200_{session}").glob("bench_*.json")
+)
+ENGINES = {
+    "ours": ("torch_fused", 32),
+    "ours_megatron": ("megatron", 32),
+    "ours_chunks8": ("torch_fused", 8),
+    "ours_chunks4": ("torch_fused", 4),
+    "ours_chunks2": ("torch_fused", 2),
+}
+"""step_bench's implementation -> (optimizer.impl, kernels.fused_ce_chunks) it ran with."""
 CLEAN_STATIC_GIB = 5.5
 """Above this ``static_gib`` a 300M run's memory held an earlier run's tensors (its own state is
 4.6 GiB on torch_fused, 5.2 GiB on the Megatron engine)."""
@@ -61,7 +73,8 @@ def test_there_are_measurements_to_check():
     "row", _measured(), ids=lambda r: f"{r['preset']}-{r['impl']}-micro{r['micro']}"
 )
 def test_estimate_within_10_percent_of_the_measured_peak(row):
-    cfg = _cfg(row["preset"], row["micro"], impl=ENGINES[row["impl"]])
+    impl, chunks = ENGINES[row["impl"]]
+    cfg = _cfg(row["preset"], row["micro"], f"kernels.fused_ce_chunks={chunks}", impl=impl)
     est = Plan("x", cfg).to_dict()["memory_per_gpu"]["total_gib"]
     err = (est - row["peak_gib"]) / row["peak_gib"]
     assert abs(err) <= 0.10, f"estimate {est} GiB vs measured {row['peak_gib']} GiB ({err:+.1%})"

@@ -61,3 +61,46 @@ def test_no_decay_globs_address_the_bare_model_under_megatron_ddp():
     assert eng._no_decay(cfg, "module.embedding.word_embeddings.weight")
     assert eng._no_decay(cfg, "embedding.word_embeddings.weight")
     assert not eng._no_decay(cfg, "module.decoder.final_norm.weight")
+
+
+def test_restore_step_counts_undoes_megatrons_reset_and_resumes_the_same_update():
+    """megatron 0.16.1's dp_reshardable load leaves every AdamW step count at the template's 0 (one
+    tensor shared by all parameters); restore_step_counts puts back the saved group step, one
+    tensor per parameter, and the next update equals the uninterrupted optimizer's bitwise."""
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    shapes = [(7, 5), (3,)]
+    init = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(4)]
+
+    def run(steps, tamper=False):
+        ps = [torch.nn.Parameter(t.clone()) for t in init]
+        opt = torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)
+        for i in range(steps):
+            for p, g in zip(ps, grads[i], strict=True):
+                p.grad = g.clone()
+            opt.step()
+            if tamper and i == 2:
+                # what the load leaves: the saved step in the group, a shared zero in the state
+                shared = torch.zeros(())
+                for group in opt.param_groups:
+                    group["step"] = 3.0
+                    for p in group["params"]:
+                        opt.state[p]["step"] = shared
+                eng.restore_step_counts(opt)
+                steps_now = [opt.state[p]["step"] for p in ps]
+                assert [float(s) for s in steps_now] == [3.0, 3.0]
+                assert steps_now[0] is not steps_now[1]  # each its own counter
+        return [p.detach() for p in ps]
+
+    for a, b in zip(run(4), run(4, tamper=True), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_restore_step_counts_leaves_optimizers_without_a_group_step_alone():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([p])
+    p.grad = torch.ones(2)
+    opt.step()
+    before = opt.state[p]["step"]
+    eng.restore_step_counts(opt)  # no "step" in the group (TE/Apex keep theirs there natively)
+    assert opt.state[p]["step"] is before

@@ -82,31 +82,18 @@ def test_bf16_params_with_fp32_main_params(demo_data, process_group):
 
 
 @pytest.mark.parametrize(
-    ("distributed", "background", "dist_format"),
+    ("distributed", "background"),
     [
-        (False, False, None),
-        (False, True, None),
-        (True, False, None),
-        # candidates for the distributed optimizer's checkpoint format (the shipped one above,
-        # dp_reshardable, resumed with a different update on the H200): which one resumes bitwise
-        (True, False, "fully_reshardable"),
-        (True, False, "fully_sharded_model_space"),
+        (False, False),
+        (False, True),
+        (True, False),
+        # megatron's fully_reshardable format (H200, 2026-12-01: its loader raises KeyError 'step'
+        # for torch's AdamW) and fully_sharded_model_space ("ShardedTensor.flattened_range is not
+        # supported") do not load at all; the shipped dp_reshardable loads with restore_step_counts
     ],
-    ids=[
-        "plain",
-        "plain_async_save",
-        "distributed_optimizer",
-        "distributed_optimizer_fully_reshardable",
-        "distributed_optimizer_model_space",
-    ],
+    ids=["plain", "plain_async_save", "distributed_optimizer"],
 )
-def test_megatron_engine_learns_and_resumes_bitwise(
-    demo_data, tmp_path, distributed, background, dist_format, monkeypatch
-):
-    if dist_format is not None:
-        from zebractl.train import engine
-
-        monkeypatch.setattr(engine, "DIST_OPT_FORMAT", dist_format)
+def test_megatron_engine_learns_and_resumes_bitwise(demo_data, tmp_path, distributed, background):
     more = (
         "schedule.iterations=12",
         f"parallelism.distributed_optimizer={str(distributed).lower()}",

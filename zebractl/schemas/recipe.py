@@ -106,9 +106,9 @@ class ParallelismConfig(StrictModel):
     distributed_optimizer: bool = False
     """Shard the fp32 main parameters and Adam state across data-parallel ranks (ZeRO-1; needs
     optimizer.impl megatron). Checkpoints hold megatron's per-bucket shards (dp_reshardable).
-    Known issue: resuming such a checkpoint does not yet restore the optimizer state exactly (the
-    H200 test's resumed losses diverge at the first update after the resume); `zebractl train`
-    warns when it is on."""
+    Resuming restores Adam's step count, which megatron-core 0.16.1 resets to 0 on load (the cause
+    of the H200 test's resumed losses leaving the uninterrupted run's); that the resume is now
+    bitwise awaits the GPU test, and `zebractl train` says so when this is on."""
 
 
 class CheckpointConfig(StrictModel):

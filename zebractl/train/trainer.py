@@ -168,10 +168,10 @@ class Trainer:
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
         if p.distributed_optimizer:
             self.console(
-                "warning: parallelism.distributed_optimizer trains, but resuming its checkpoints "
-                "does not yet restore the optimizer state exactly: on the H200 the resumed run's "
-                "losses left the uninterrupted run's at the first update after the resume. Until "
-                "that is fixed, prefer distributed_optimizer: false for runs that will resume"
+                "warning: parallelism.distributed_optimizer: an exact resume of its checkpoints "
+                "is not yet confirmed on a GPU (the fix for megatron-core 0.16.1 resetting Adam's "
+                "step count on load awaits its GPU test); prefer distributed_optimizer: false for "
+                "runs that must resume exactly"
             )
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
         if p.num_gpus != self.world:
