@@ -125,11 +125,12 @@ class CheckpointConfig(StrictModel):
     async_save: bool = False
     """true: save in the background: training pauses only while the state is copied to host memory
     and a writer process starts; a checkpoint counts only once every rank's files are written and
-    hashed (a crash meanwhile leaves an incomplete iter_N.tmp). Opt-in until a GPU run confirms that
-    resuming from background saves of the Megatron engine is bitwise exact (CPU tests do). On a GPU
-    the state is staged in host memory allocated once while training starts and held for the run
-    (about 14 bytes per parameter on the Megatron engine, 12 on torch_fused, per rank's share).
-    false: training waits for each save."""
+    hashed (a crash meanwhile leaves an incomplete iter_N.tmp). Resuming from background saves is
+    bitwise exact (CPU tests; the H200 test for the Megatron engine, 2026-12-01). Opt-in because the
+    state is staged in host memory allocated once while training starts and held for the run (about
+    14 bytes per parameter on the Megatron engine, 12 on torch_fused, per rank's share: more than a
+    node has for a large model without the distributed optimizer). false: training waits for each
+    save."""
 
 
 class LoggingConfig(StrictModel):
