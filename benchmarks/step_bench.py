@@ -15,8 +15,10 @@ after --warmup steps. Three implementations, each built fresh from the same init
   torch_fused.
   ``ours_fp8`` / ``ours_fp8_rowwise``: the recipe's engine with ``kernels.fp8_mlp`` tensorwise /
   rowwise (opt-in FP8 MLP GEMMs through torchao, the MLP compiled); ``ours_megatron_fp8``: the
-  Megatron engine with tensorwise FP8. ``ours_chunks8`` / ``4`` / ``2``: the LM-head loss in 8 (as FLA
-  tuned) / 4 / 2 chunks instead of the recipe's 32; ``ours_fp8_chunks4``,
+  Megatron engine with tensorwise FP8. ``ours_graph``: forward+backward replayed as a CUDA graph
+  (``kernels.cuda_graph``; ``ours_graph_fp8`` with the FP8 MLP). ``ours_chunks32`` / ``8`` / ``4`` /
+  ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since the fourth session, 32
+  before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
   next norm, as before the fused add+RMSNorm (measures that change alone).
 - ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
@@ -111,6 +113,9 @@ OURS_SETS = {
     "ours_fp8": ["kernels.fp8_mlp=tensorwise"],
     "ours_fp8_rowwise": ["kernels.fp8_mlp=rowwise"],
     "ours_megatron_fp8": ["optimizer.impl=megatron", "kernels.fp8_mlp=tensorwise"],
+    "ours_graph": ["kernels.cuda_graph=true"],
+    "ours_graph_fp8": ["kernels.cuda_graph=true", "kernels.fp8_mlp=tensorwise"],
+    "ours_chunks32": ["kernels.fused_ce_chunks=32"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
     "ours_chunks4": ["kernels.fused_ce_chunks=4"],
     "ours_chunks2": ["kernels.fused_ce_chunks=2"],
@@ -214,12 +219,21 @@ def make_step(impl, preset, micro, seq, extra, m, sd, ids, labels, mask, losses)
         for g in engine.optimizer.param_groups:
             g["lr"] = 3e-4
 
-        def step(engine=engine, ids=ids, labels=labels, mask=mask, losses=losses):
+        graphed = None
+        if cfg.kernels.cuda_graph:
+            from zebractl.train.cuda_graph import GraphedMicroStep
+
+            graphed = GraphedMicroStep(engine, 1, engine.autocast, print)
+
+        def step(engine=engine, ids=ids, labels=labels, mask=mask, losses=losses, g=graphed):
             engine.zero_grad()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast):
-                loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
-                loss = loss_sum / ntok
-                loss.backward()
+            if g is not None:  # the Trainer's graphed micro-step (kernels.cuda_graph)
+                loss = g(ids, labels, mask)
+            else:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=engine.autocast):
+                    loss_sum, ntok = engine.forward(ids, labels=labels, loss_mask=mask)
+                    loss = loss_sum / ntok
+                    loss.backward()
             engine.finish_grads()
             engine.step()
             losses.append(loss.detach())

@@ -104,3 +104,38 @@ def test_restore_step_counts_leaves_optimizers_without_a_group_step_alone():
     before = opt.state[p]["step"]
     eng.restore_step_counts(opt)  # no "step" in the group (TE/Apex keep theirs there natively)
     assert opt.state[p]["step"] is before
+
+
+@pytest.mark.parametrize(
+    ("sets", "device", "world", "message"),
+    [
+        ([], "cpu", 1, "needs a CUDA GPU"),
+        (["optimizer.impl=megatron"], "cuda", 1, "needs optimizer.impl torch_fused"),
+        ([], "cuda", 2, "needs one GPU"),
+    ],
+)
+def test_cuda_graph_is_refused_where_it_cannot_run(sets, device, world, message):
+    from zebractl.config.errors import ConfigError
+
+    cfg = resolve_recipe(
+        "tiny_kda", ["data.paths=[{path: /unused}]", "kernels.cuda_graph=true", *sets]
+    ).run
+    with pytest.raises(ConfigError, match=message):
+        eng.check_engine(cfg, torch.device(device), world)
+    off = cfg.model_copy(update={"kernels": cfg.kernels.model_copy(update={"cuda_graph": False})})
+    if device == "cpu":
+        eng.check_engine(off, torch.device(device), world)  # the same run without it is fine
+
+
+def test_static_gradients_are_zeroed_in_place_not_freed():
+    cfg = resolve_recipe("tiny_kda", ["data.paths=[{path: /unused}]"]).run
+    model = torch.nn.Linear(3, 2)
+    engine = eng.TorchEngine(cfg, model, torch.device("cpu"), 1)
+    model(torch.ones(1, 3)).sum().backward()
+    grad = model.weight.grad
+    engine.grads_static = True  # what a captured CUDA graph sets: it adds into these buffers
+    engine.zero_grad()
+    assert model.weight.grad is grad and not grad.any()
+    engine.grads_static = False
+    engine.zero_grad()
+    assert model.weight.grad is None

@@ -51,6 +51,8 @@ class TorchEngine:
 
     impl = "torch_fused"
     distributed = False
+    grads_static = False
+    """True once a CUDA graph adds into the gradients: zero them in place, never free them."""
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, device: torch.device, world: int):
         self.cfg, self.model, self.device = cfg, model, device
@@ -76,7 +78,7 @@ class TorchEngine:
         self.params = decay + no_decay
 
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not self.grads_static)
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         fwd = self.forward
@@ -360,8 +362,20 @@ def load_adam_state(
             p.data.copy_(loaded["fp32_param"][str(i)])
 
 
-def check_engine(cfg: RunConfig, device: torch.device) -> None:
+def check_engine(cfg: RunConfig, device: torch.device, world: int = 1) -> None:
     """Refuse engine settings that cannot run here (before any data or model is built)."""
+    if cfg.kernels.cuda_graph:
+        why = (
+            "a CUDA GPU"
+            if device.type != "cuda"
+            else "optimizer.impl torch_fused"
+            if cfg.optimizer.impl != "torch_fused"
+            else "one GPU (parallelism.num_gpus 1)"
+            if world > 1
+            else None
+        )
+        if why:
+            raise ConfigError(f"kernels.cuda_graph needs {why}; set kernels.cuda_graph=false")
     if cfg.precision == "fp16":
         raise ConfigError(
             "precision fp16 needs loss scaling, which `zebractl train` does not do; use bf16"
@@ -392,7 +406,7 @@ def build_engine(
     """The model (built for the engine's parameter dtype) wrapped by the recipe's engine."""
     from zebractl.model.model import build_model
 
-    check_engine(cfg, device)
+    check_engine(cfg, device, world)
     if cfg.optimizer.impl == "torch_fused":
         model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=seed)
         return TorchEngine(cfg, model, device, world)

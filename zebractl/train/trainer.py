@@ -121,6 +121,7 @@ class Trainer:
         self.resumed_from: int | None = None
         self.last_saved: int | None = None  # the newest iteration saved or being saved
         self.saver: ckpt.AsyncSaver | None = None  # checkpoint.async_save
+        self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ class Trainer:
             if torch.cuda.is_available()
             else torch.device("cpu")
         )
-        check_engine(cfg, self.device)
+        check_engine(cfg, self.device, self.world)
         from zebractl.train import precompile
 
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
@@ -222,6 +223,9 @@ class Trainer:
         # every rank builds the same seeded initialisation; both engines average gradients over ranks
         self.engine = build_engine(cfg, self.device, self.world, cfg.seed)
         self.model = self.engine.model
+        from zebractl.train.cuda_graph import maybe_graphed
+
+        self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
         s = cfg.schedule
         self.sched = OptimizerParamScheduler(
             self.engine.optimizer,
@@ -431,6 +435,9 @@ class Trainer:
                 ) from None
             mb = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
             # reduce gradients across ranks once, on the last micro-batch of the step
+            if self.graphed is not None:  # one GPU: nothing to reduce across ranks
+                loss_acc += self.graphed(mb["tokens"], mb["labels"], mb["loss_mask"])
+                continue
             ctx = contextlib.nullcontext() if n_mb == self.accum else engine.no_sync()
             with ctx, self._autocast():
                 loss_sum, ntok = engine.forward(
