@@ -4,7 +4,8 @@ model and from the exported Hugging Face class on the run's own tokens.
     python benchmarks/convert_check.py RUN OUT [--dtype bf16] [--sequences 8] [--seq 2048]
 
 Exports RUN to OUT (``zebractl.convert.hf.export_hf``; seconds and peak RSS recorded), then computes
-the mean token cross-entropy over ``--sequences`` windows of ``--seq`` tokens of the run's data with
+the mean token cross-entropy over ``--sequences`` windows of ``--seq`` tokens of the run's data
+(``--held-out``: of its validation split, when the run set ``data.split``) with
 (a) our model on the checkpoint's weights and (b) ``AutoModelForCausalLM.from_pretrained(OUT)``: on a
 CUDA GPU in bf16 on both stacks' kernels, on CPU in fp32 through FLA's references. Prints one
 ``RESULT`` JSON line; ``--json-out`` writes it too.
@@ -25,6 +26,28 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
+def held_out_tokens(cfg, n: int, split) -> torch.Tensor:
+    """Up to ``n`` tokens of the validation part of the run's shards: megatron's ``data.split``
+    gives each dataset's documents in order to train, then valid, then test, so the valid part
+    of each shard is the documents after the first ``split[0] / sum(split)`` of them."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    from zebractl.train.data import resolve_data
+
+    total = sum(split)
+    out: list[int] = []
+    for shard in resolve_data(cfg).train:
+        ds = IndexedDataset(shard.prefix)
+        docs = len(ds)
+        start = int(round(docs * split[0] / total))
+        end = int(round(docs * (split[0] + split[1]) / total))
+        for i in range(start, end):
+            out += [int(t) for t in ds[i]]
+            if len(out) >= n:
+                return torch.tensor(out[:n], dtype=torch.long)[None]
+    return torch.tensor(out, dtype=torch.long)[None]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
@@ -33,6 +56,12 @@ def main() -> None:
     ap.add_argument("--sequences", type=int, default=8)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument(
+        "--held-out",
+        action="store_true",
+        help="the last documents of each shard: held out from training when the run set data.split "
+        "with a validation part (megatron splits each dataset's documents in order)",
+    )
     a = ap.parse_args()
 
     from zebractl.convert.fla_reference import on_cpu
@@ -45,7 +74,16 @@ def main() -> None:
     m = src.cfg.model
     gpu = torch.cuda.is_available()
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
-    ids = real_tokens(src.cfg, a.sequences * (a.seq + 1))
+    need = a.sequences * (a.seq + 1)
+    if a.held_out:
+        split = src.cfg.data.split
+        if split is None or split[1] <= 0:
+            sys.exit(
+                f"--held-out: the run {a.run} held nothing out (set data.split, e.g. [95,5,0])"
+            )
+        ids = held_out_tokens(src.cfg, need, split)
+    else:
+        ids = real_tokens(src.cfg, need)
     n = ids.shape[1] // (a.seq + 1)
     batch = ids[0, : n * (a.seq + 1)].view(n, a.seq + 1).to(dev)
     x, y = batch[:, :-1], batch[:, 1:]
@@ -86,6 +124,7 @@ def main() -> None:
         "convert_peak_rss_gib": round(res.peak_rss_gib or 0.0, 3),
         "bytes": res.bytes,
         "sequences": n,
+        "tokens_from": "held-out split" if a.held_out else "first training tokens",
         "seq": a.seq,
         "loss_ours": ours_loss,
         "loss_hf": hf_loss,

@@ -103,6 +103,14 @@ if has T; then
     --tb=short --basetemp=/tmp/zpt > $J/gpu_tests_convert.log 2>&1
   log "T convert tests rc=$?"
   rm -rf /tmp/zpt
+  # what FLA's kernels say to the tiny models' head size 16 on this GPU (the fourth session's
+  # convert GPU test failures), in a plain `zebractl train`
+  for p in tiny_kda tiny_gdn; do
+    $T train $p "${RUN[@]}" --set batch.micro=4 --set batch.global=4 --set data.seq_length=256 \
+      --set schedule.iterations=3 --set checkpoint.interval=100000 --output $J/runs/head16_$p \
+      > $J/head16_$p.log 2>&1
+    log "T $p (head 16) on FLA rc=$? $(grep -E 'Error|error' $J/head16_$p.log | tail -1 | cut -c1-200)"
+  done
 fi
 if has P; then
   timeout 600 python3 -m pytest -m gpu tests/train/test_precompile.py -q -p no:cacheprovider \

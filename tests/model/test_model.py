@@ -274,10 +274,13 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     from zebractl.model import layers, ops
 
     assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
-    from zebractl.train import precompile
+    from zebractl.train import cuda_graph, precompile
 
     source = inspect.getsource(ops) + inspect.getsource(layers)  # layers: fp8_mlp picks the MLP
-    elsewhere = {"precompile": (precompile, "cfg.kernels.precompile")}  # not how ops compute
+    elsewhere = {  # not how ops compute
+        "precompile": (precompile, "cfg.kernels.precompile"),
+        "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
+    }
     unread = [
         name
         for name in KernelsConfig.model_fields
