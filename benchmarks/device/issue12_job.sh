@@ -99,6 +99,9 @@ if has T; then
     -W default -rA -s --basetemp=/tmp/zpt > $J/gpu_tests_graph.log 2>&1
   log "T cuda graph test rc=$?"
   rm -rf /tmp/zpt
+  timeout 300 python3 -m pytest -m gpu tests/model/test_rmsnorm.py -q -p no:cacheprovider -rA \
+    > $J/gpu_tests_rmsnorm.log 2>&1
+  log "T rmsnorm test rc=$?"
   timeout 400 python3 -m pytest -m gpu tests/convert -x -q -p no:cacheprovider -W default -rA -s \
     --tb=short --basetemp=/tmp/zpt > $J/gpu_tests_convert.log 2>&1
   log "T convert tests rc=$?"
@@ -120,12 +123,13 @@ fi
 if has CO; then cold kda_300M_noprecompile kda_300M --set kernels.precompile=false; fi
 # ---- B: side-by-side throughput (alone on the GPU): the CUDA graph, the LM-head chunks, FP8
 if has B; then
-  python3 $B --preset kda_300M --runs ours:16 ours_graph:16 fla_tuned:16 fla_shipped:16 \
-    ours_chunks32:16 ours_graph_fp8:16 ours:64 ours_graph:64 ours_graph_fp8:64 fla_tuned:64 \
+  python3 $B --preset kda_300M --runs ours:16 ours_graph:16 ours_tiled_norm:16 \
+    ours_graph_tiled_norm:16 fla_tuned:16 fla_shipped:16 ours_chunks32:16 ours_graph_fp8:16 ours:64 \
+    ours_graph:64 ours_tiled_norm:64 ours_graph_tiled_norm:64 ours_graph_fp8:64 fla_tuned:64 \
     fla_shipped:64 --repeat-ours --json-out $J/bench_kda_300M.json > $J/bench_kda_300M.log 2>&1
   log "B kda_300M rc=$?"
-  python3 $B --preset gdn_300M --runs ours:16 ours_graph:16 fla_tuned:16 fla_shipped:16 ours:64 \
-    ours_graph:64 fla_tuned:64 fla_shipped:64 --repeat-ours \
+  python3 $B --preset gdn_300M --runs ours:16 ours_graph:16 ours_graph_tiled_norm:16 fla_tuned:16 \
+    fla_shipped:16 ours:64 ours_graph:64 ours_graph_tiled_norm:64 fla_tuned:64 fla_shipped:64 --repeat-ours \
     --json-out $J/bench_gdn_300M.json > $J/bench_gdn_300M.log 2>&1
   log "B gdn_300M rc=$?"
 fi

@@ -170,6 +170,11 @@ class KernelsConfig(StrictModel):
     """auto: FLA Triton kernels on CUDA, pure PyTorch elsewhere; fla/torch force one."""
     fused_rmsnorm: bool = True
     """FLA fused RMSNorm (with residual add) for pre-norms and the final norm."""
+    rmsnorm_backward: Literal["fla", "tiled"] = "fla"
+    """Backward kernel of the fused RMSNorm: fla = FLA's (for rows wider than 512 each program
+    walks its rows one at a time: 9.2 ms of a kda_300M step at micro-batch 16 on an H200, four
+    times the forward); tiled = zebractl's (a tile of rows per program, FLA's arithmetic; tested
+    on CPU in Triton's interpreter, awaiting its first GPU run)."""
     fused_gated_norm: bool = True
     """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
     fused_swiglu: bool = True

@@ -248,12 +248,28 @@ def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | No
     return T.causal_conv1d(x, w, bias, activation="silu")
 
 
+def _fused_rms_norm(
+    opts: KernelOptions,
+    x: Tensor,
+    weight: Tensor,
+    eps: float,
+    residual: Tensor | None = None,
+    prenorm: bool = False,
+):
+    """FLA's fused RMSNorm, or its forward with zebractl's tiled backward (kernels.rmsnorm_backward)."""
+    if opts.kernels.rmsnorm_backward == "tiled":
+        from zebractl.model.ops.rmsnorm import rms_norm as tiled
+
+        return tiled(x, weight, eps, residual=residual, prenorm=prenorm)
+    from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
+
+    return fla_rms_norm(x, weight, None, residual=residual, eps=eps, prenorm=prenorm)
+
+
 def rms_norm(opts: KernelOptions, x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm (FLA's fused kernel when enabled)."""
     if opts.fla(opts.kernels.fused_rmsnorm):
-        from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
-
-        return fla_rms_norm(x, weight, None, eps=eps)
+        return _fused_rms_norm(opts, x, weight, eps)
     return T.rms_norm(x, weight, eps)
 
 
@@ -263,9 +279,7 @@ def add_rms_norm(
     """``(RMSNorm(residual + delta), residual + delta)``: the residual add and the pre-norm of the
     next sublayer in one kernel (FLA's RMSNorm with ``residual``/``prenorm``) when enabled."""
     if opts.fla(opts.kernels.fused_rmsnorm):
-        from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
-
-        y, r = fla_rms_norm(delta, weight, None, residual=residual, eps=eps, prenorm=True)
+        y, r = _fused_rms_norm(opts, delta, weight, eps, residual=residual, prenorm=True)
         return y, r
     r = residual + delta
     return T.rms_norm(r, weight, eps), r
