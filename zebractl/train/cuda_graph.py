@@ -108,7 +108,8 @@ class GraphedMicroStep:
         self.graph = graph
         self.engine.grads_static = True
         self.console(
-            f"kernels.cuda_graph: forward+backward captured after {self.calls} micro-steps"
+            f"kernels.cuda_graph: forward+backward captured after {self.calls - 1} eager "
+            "micro-steps"
         )
         return True
 
