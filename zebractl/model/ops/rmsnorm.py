@@ -5,7 +5,7 @@ program per SM, each walking its ~250 rows one at a time: latency-bound. On an H
 kda_300M step (rows of 1024, micro-batch 16) took 9.2 ms, four times the forward, for about 1.7 ms
 worth of memory traffic (benchmarks/README.md, fourth session's profile). Ours gives each program
 one tile of ``BT`` rows (thousands of programs, no loop) and writes each tile's fp32 weight-gradient
-row, summed afterwards (16 MB of partials for 32,768 rows of 1024). The arithmetic is FLA's: fp32
+row, summed afterwards (32 MB of partials for 32,768 rows of 1024). The arithmetic is FLA's: fp32
 throughout, ``x_hat = x * rstd``, ``dx = (w * dy - x_hat * mean(x_hat * w * dy)) * rstd
 (+ d residual)``, one rounding to each output's dtype (round to nearest even).
 
@@ -22,8 +22,9 @@ import triton.language as tl
 
 Tensor = torch.Tensor
 
-TILE_ELEMENTS = 8192
-"""Elements per program: ``BT`` rows x the row width rounded up to a power of two (8 rows of 1024)."""
+TILE_ELEMENTS = 4096
+"""Elements per program: ``BT`` rows x the row width rounded up to a power of two (4 rows of 1024;
+five fp32 tiles live at once, ~80 registers per thread at 4 warps)."""
 
 
 @triton.jit
@@ -104,7 +105,7 @@ def rms_norm_bwd(
         BT=bt,
         HAS_DRES=dres is not None,
         STORE_DRES_IN=separate,
-        num_warps=8 if bt * bd >= 8192 else 4,
+        num_warps=4 if bt * bd <= 4096 else 8,
     )
     residual_grad = None if dres_in_dtype is None else (dres_in if separate else dx)
     return dx, dw.sum(0).to(weight.dtype), residual_grad
