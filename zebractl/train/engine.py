@@ -284,12 +284,12 @@ def restore_step_counts(opt: torch.optim.Optimizer) -> None:
     """
     for group in opt.param_groups:
         step = group.get("step")
-        if step is None:  # TE/Apex FusedAdam keep their step in the group themselves
+        if step is None:  # no step saved in the group: nothing megatron loaded
             continue
         on_device = group.get("fused") or group.get("capturable")
         for p in group["params"]:
             state = opt.state.get(p)
-            if state and "step" in state:
+            if state and "step" in state:  # (TE/Apex FusedAdam keep no per-parameter step)
                 state["step"] = torch.tensor(
                     float(step), dtype=torch.float32, device=p.device if on_device else "cpu"
                 )
