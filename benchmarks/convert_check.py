@@ -26,28 +26,6 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-def held_out_tokens(cfg, n: int, split) -> torch.Tensor:
-    """Up to ``n`` tokens of the validation part of the run's shards: megatron's ``data.split``
-    gives each dataset's documents in order to train, then valid, then test, so the valid part
-    of each shard is the documents after the first ``split[0] / sum(split)`` of them."""
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    from zebractl.train.data import resolve_data
-
-    total = sum(split)
-    out: list[int] = []
-    for shard in resolve_data(cfg).train:
-        ds = IndexedDataset(shard.prefix)
-        docs = len(ds)
-        start = int(round(docs * split[0] / total))
-        end = int(round(docs * (split[0] + split[1]) / total))
-        for i in range(start, end):
-            out += [int(t) for t in ds[i]]
-            if len(out) >= n:
-                return torch.tensor(out[:n], dtype=torch.long)[None]
-    return torch.tensor(out, dtype=torch.long)[None]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
@@ -64,26 +42,21 @@ def main() -> None:
     )
     a = ap.parse_args()
 
+    from zebractl.config.errors import ConfigError
     from zebractl.convert.fla_reference import on_cpu
     from zebractl.convert.hf import export_hf, load_state, open_source
     from zebractl.convert.verify import real_tokens
     from zebractl.model.model import build_model
 
-    res = export_hf(a.run, a.out, dtype=a.dtype)
     src = open_source(a.run)
+    try:  # before the export: a run that held nothing out is refused at once
+        ids = real_tokens(src.cfg, a.sequences * (a.seq + 1), held_out=a.held_out)
+    except ConfigError as exc:
+        sys.exit(f"{a.run}: {exc}")
+    res = export_hf(a.run, a.out, dtype=a.dtype)
     m = src.cfg.model
     gpu = torch.cuda.is_available()
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
-    need = a.sequences * (a.seq + 1)
-    if a.held_out:
-        split = src.cfg.data.split
-        if split is None or split[1] <= 0:
-            sys.exit(
-                f"--held-out: the run {a.run} held nothing out (set data.split, e.g. [95,5,0])"
-            )
-        ids = held_out_tokens(src.cfg, need, split)
-    else:
-        ids = real_tokens(src.cfg, need)
     n = ids.shape[1] // (a.seq + 1)
     batch = ids[0, : n * (a.seq + 1)].view(n, a.seq + 1).to(dev)
     x, y = batch[:, :-1], batch[:, 1:]

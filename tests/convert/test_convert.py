@@ -304,3 +304,18 @@ def test_bitwise_comparison_sees_nan_bits_and_dtypes():
     assert _bitwise_equal(a, a.clone()) and not torch.equal(a, a.clone())
     assert not _bitwise_equal(a, a.double()) and not _bitwise_equal(a, torch.tensor([1.0, 2.0]))
     assert not _bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0]))
+
+
+def test_real_tokens_of_the_held_out_split_and_a_run_that_held_nothing_out(trained):
+    import torch
+
+    from zebractl.config.errors import ConfigError
+    from zebractl.convert.hf import open_source
+    from zebractl.convert.verify import real_tokens
+
+    cfg = open_source(trained("tiny_kda")).cfg  # tiny_kda holds out 2% (data.split [98, 2, 0])
+    first, held = real_tokens(cfg, 64), real_tokens(cfg, 64, held_out=True)
+    assert first.shape == held.shape == (1, 64) and not torch.equal(first, held)
+    none = cfg.model_copy(update={"data": cfg.data.model_copy(update={"split": [100, 0, 0]})})
+    with pytest.raises(ConfigError, match="held no data out"):
+        real_tokens(none, 64, held_out=True)

@@ -68,8 +68,10 @@ def config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[st
     return out
 
 
-def real_tokens(cfg: Any, n: int) -> torch.Tensor:
-    """The first ``n`` tokens of the run's training data (real text)."""
+def real_tokens(cfg: Any, n: int, held_out: bool = False) -> torch.Tensor:
+    """The first ``n`` tokens of the run's training data (real text); ``held_out``: of the
+    validation part ``data.split`` carves out of each shard (megatron gives each dataset's documents
+    in order to train, then valid, then test)."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
     from zebractl.train.data import resolve_data
@@ -77,10 +79,20 @@ def real_tokens(cfg: Any, n: int) -> torch.Tensor:
     spec = resolve_data(cfg)
     if not spec.train:
         raise ConfigError("verify needs the run's dataset for real text; it has no train shards")
+    split = cfg.data.split
+    if held_out and (split is None or split[1] <= 0):
+        raise ConfigError("the run held no data out (set data.split with a validation part)")
     out: list[int] = []
     for shard in spec.train:
         ds = IndexedDataset(shard.prefix)
-        for i in range(len(ds)):
+        docs = range(len(ds))
+        if held_out:
+            total = sum(split)
+            docs = range(
+                int(round(len(ds) * split[0] / total)),
+                int(round(len(ds) * (split[0] + split[1]) / total)),
+            )
+        for i in docs:
             out += [int(t) for t in ds[i]]
             if len(out) >= n:
                 return torch.tensor(out[:n], dtype=torch.long)[None]
