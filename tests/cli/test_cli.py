@@ -77,7 +77,6 @@ def test_help_documents_exit_codes_and_commands(cli):
 
 
 PENDING = {
-    "eval": (["ckpt"], ["CHECKPOINT", "--tasks", "--json"]),
     "compare": (["a", "b"], ["RUN", "REFERENCE", "--assert", "--json"]),
 }
 

@@ -12,6 +12,7 @@ from zebractl import __version__
 from zebractl.cli import catalog as _catalog
 from zebractl.cli import config as _config
 from zebractl.cli import convert as _convert
+from zebractl.cli import eval as _eval
 from zebractl.cli import pending as _pending
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
@@ -63,5 +64,6 @@ app.command("train", epilog=EPILOG)(_train.train)
 app.command("warmup", epilog=EPILOG)(_warmup.warmup)
 app.command("convert", epilog=EPILOG)(_convert.convert)
 app.command("verify", epilog=EPILOG)(_convert.verify)
+app.command("eval", epilog=EPILOG)(_eval.eval_)
 app.add_typer(_schema.app, name="schema")
 _pending.register(app, EPILOG)

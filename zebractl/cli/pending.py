@@ -13,7 +13,6 @@ import typer
 from zebractl.cli._common import EXIT_USAGE, JSON_HELP, err
 
 _WHEN = {
-    "eval": "a later issue",
     "compare": "a later issue",
 }
 
@@ -24,15 +23,6 @@ def _not_yet(command: str) -> None:
         "nothing was done"
     )
     raise typer.Exit(EXIT_USAGE)
-
-
-def eval_(
-    checkpoint: Path = typer.Argument(..., help="Hugging Face/FLA checkpoint folder."),
-    tasks: str = typer.Option(None, "--tasks", help="Comma-separated lm-eval tasks."),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-) -> None:
-    """Evaluate a checkpoint with lm-eval-harness."""
-    _not_yet("eval")
 
 
 def compare(
@@ -47,8 +37,5 @@ def compare(
 
 def register(app: typer.Typer, epilog: str) -> None:
     """Add the pending commands to the app."""
-    for name, fn in (
-        ("eval", eval_),
-        ("compare", compare),
-    ):
+    for name, fn in (("compare", compare),):
         app.command(name, epilog=epilog)(fn)

@@ -358,6 +358,62 @@ tokenizer = AutoTokenizer.from_pretrained("{res.output.name}")
 """
 
 
+def tokenizer_dir(cfg: RunConfig) -> Path | None:
+    """The ``tokenizer/`` folder of the run's dataset (None when it has none)."""
+    data = dataset_dir(cfg)
+    return data / "tokenizer" if data is not None and (data / "tokenizer").is_dir() else None
+
+
+def hf_config(
+    m: Any, fmt: str, rope: dict[str, Any] | None, tok_dir: Path | None, dt: torch.dtype
+) -> tuple[Any, str, str]:
+    """The Hugging Face config of model ``m`` in format ``fmt``; with its family and class name."""
+    from zebractl.convert import mapping
+
+    ids = _token_ids(tok_dir) if tok_dir is not None else {}
+    if fmt == "fla":
+        import fla.models as fm
+
+        fam = mapping.family(m)
+        config_cls, model_cls = FLA_CLASSES[fam]
+        config = getattr(fm, config_cls)(
+            **mapping.fla_config(m, keep_padding=True),
+            **ids,
+            **{ZEBRACTL_KEY: m.model_dump(mode="json")},
+        )
+    else:
+        from zebractl.hf import ZebraConfig
+
+        fam = architecture(m)
+        model_cls = "ZebraForCausalLM"
+        config = ZebraConfig(**{ZEBRACTL_KEY: m.model_dump(mode="json")}, mla_rope=rope, **ids)
+    config.architectures = [model_cls]
+    config.dtype = HF_DTYPE_NAMES[dt]
+    return config, fam, model_cls
+
+
+def in_memory(src: Source, dtype: torch.dtype) -> Any:
+    """The checkpoint as a ``ZebraForCausalLM`` in memory (CPU, ``dtype``, eval mode): what
+    ``convert --format zebra`` would write and ``from_pretrained`` load, with no folder written."""
+    from zebractl.convert import mapping
+    from zebractl.hf import ZebraForCausalLM
+
+    model = load_model(src)
+    rope = mla_rope(model)
+    theirs = mapping.to_hf(model_state(model), src.cfg.model, "zebra", keep_padding=True)
+    del model
+    config, _, _ = hf_config(src.cfg.model, "zebra", rope, tokenizer_dir(src.cfg), dtype)
+    hf = ZebraForCausalLM(config)
+    missing, unexpected = hf.load_state_dict(
+        {k: v.to(dtype) for k, v in theirs.items()}, strict=False
+    )
+    tied = set(getattr(hf, "_tied_weights_keys", None) or ())
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:  # the tables and the class disagree: a bug, not a usage error
+        raise RuntimeError(f"in-memory export: missing {missing}, unexpected {unexpected}")
+    return hf.to(dtype).eval()
+
+
 def export_hf(
     source: Path,
     output: Path,
@@ -396,27 +452,8 @@ def export_hf(
 
     from transformers import GenerationConfig
 
-    data = dataset_dir(src.cfg)
-    tok_dir = data / "tokenizer" if data is not None and (data / "tokenizer").is_dir() else None
-    ids = _token_ids(tok_dir) if tok_dir is not None else {}
-    if fmt == "fla":
-        import fla.models as fm
-
-        fam = mapping.family(m)
-        config_cls, model_cls = FLA_CLASSES[fam]
-        config = getattr(fm, config_cls)(
-            **mapping.fla_config(m, keep_padding=True),
-            **ids,
-            **{ZEBRACTL_KEY: m.model_dump(mode="json")},
-        )
-    else:
-        from zebractl.hf import ZebraConfig
-
-        fam = architecture(m)
-        model_cls = "ZebraForCausalLM"
-        config = ZebraConfig(**{ZEBRACTL_KEY: m.model_dump(mode="json")}, mla_rope=rope, **ids)
-    config.architectures = [model_cls]
-    config.dtype = HF_DTYPE_NAMES[dt]
+    tok_dir = tokenizer_dir(src.cfg)
+    config, fam, model_cls = hf_config(m, fmt, rope, tok_dir, dt)
     config.save_pretrained(tmp)
     GenerationConfig.from_model_config(config).save_pretrained(tmp)
     tokenizer = None

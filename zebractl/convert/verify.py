@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,21 +68,27 @@ def config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[st
     return out
 
 
-def real_tokens(cfg: Any, n: int, held_out: bool = False) -> torch.Tensor:
-    """The first ``n`` tokens of the run's training data (real text); ``held_out``: of the
-    validation part ``data.split`` carves out of each shard (megatron gives each dataset's documents
-    in order to train, then valid, then test)."""
+def documents(cfg: Any, held_out: bool = False) -> Iterator[list[int]]:
+    """The token ids of the run's documents, one list per document, in order: its training data,
+    or (``held_out``) what it validated on: the validation shards `zebractl prepare
+    --valid-fraction` wrote, else the part ``data.split`` carves out of each shard (megatron gives
+    each dataset's documents in order to train, then valid, then test)."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
     from zebractl.train.data import resolve_data
 
     spec = resolve_data(cfg)
     if not spec.train:
-        raise ConfigError("verify needs the run's dataset for real text; it has no train shards")
+        raise ConfigError("the run's dataset has no train shards (real text is read from it)")
     split = cfg.data.split
+    if held_out and spec.valid:
+        for shard in spec.valid:
+            ds = IndexedDataset(shard.prefix)
+            for i in range(len(ds)):
+                yield [int(t) for t in ds[i]]
+        return
     if held_out and (split is None or split[1] <= 0):
         raise ConfigError("the run held no data out (set data.split with a validation part)")
-    out: list[int] = []
     for shard in spec.train:
         ds = IndexedDataset(shard.prefix)
         docs = range(len(ds))
@@ -93,9 +99,16 @@ def real_tokens(cfg: Any, n: int, held_out: bool = False) -> torch.Tensor:
                 int(round(len(ds) * (split[0] + split[1]) / total)),
             )
         for i in docs:
-            out += [int(t) for t in ds[i]]
-            if len(out) >= n:
-                return torch.tensor(out[:n], dtype=torch.long)[None]
+            yield [int(t) for t in ds[i]]
+
+
+def real_tokens(cfg: Any, n: int, held_out: bool = False) -> torch.Tensor:
+    """The first ``n`` tokens of the run's :func:`documents` (real text)."""
+    out: list[int] = []
+    for doc in documents(cfg, held_out):
+        out += doc
+        if len(out) >= n:
+            return torch.tensor(out[:n], dtype=torch.long)[None]
     if len(out) < 2:
         raise ConfigError("verify: the run's dataset holds fewer than 2 tokens")
     return torch.tensor(out, dtype=torch.long)[None]

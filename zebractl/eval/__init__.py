@@ -1,0 +1,1 @@
+"""`zebractl eval`: lm-eval-harness on offline benchmark data (:mod:`.tasks`, :mod:`.harness`)."""

@@ -1,0 +1,468 @@
+"""`zebractl eval`: lm-evaluation-harness, as a library, on any model and offline.
+
+MODEL is a Hugging Face folder (any ``AutoModelForCausalLM``: our exports after ``import
+zebractl.hf``, FLA's after ``import fla``, plain transformers models) or a zebractl run directory /
+checkpoint, converted in memory to ``ZebraForCausalLM`` (no folder written). lm-eval's ``HFLM``
+wraps the model object and its tokenizer; the tasks are :mod:`zebractl.eval.tasks`' YAMLs, written
+to ``OUTPUT/eval/tasks/`` (the same folder a plain ``lm_eval --include_path`` run can read).
+
+``OUTPUT/eval/results.json`` is an :class:`~zebractl.schemas.reports.EvalReport`: per task the
+metrics with their standard errors and sample counts, the data's sha256, the model's fingerprint
+(sha256 over its weights), dtype, batch size, max length, lm-eval's version and the wall time. A
+later call with the same fingerprint and settings reuses the tasks it already holds (``force``
+re-runs them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zebractl.config.errors import ConfigError
+from zebractl.eval import tasks as T
+
+DEFAULT_MAX_LENGTH = 2048
+"""max_length for a Hugging Face folder (a run uses its training sequence length)."""
+WIKI_MAX_DOCS = 1000
+"""wikitext-like scores at most this many held-out documents (fewer with --limit)."""
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@dataclass
+class Loaded:
+    """The model under evaluation and what identifies it."""
+
+    model: Any
+    tokenizer: Any
+    source: str  # "hf" | "run"
+    model_class: str
+    fingerprint: str
+    max_length: int
+    cfg: Any = None  # the run's RunConfig (a run or checkpoint)
+    run_root: Path | None = None  # the run's directory (a run or checkpoint)
+    iteration: int | None = None
+    cpu_reference: bool = False  # FLA's classes on CPU: through FLA's torch references
+
+
+def fingerprint(model: Any) -> str:
+    """sha256 over the model's tensors (sorted names; name, dtype, shape and bytes of each)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        if not isinstance(t, torch.Tensor):
+            continue
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _dtype(name: str, device: str) -> Any:
+    import torch
+
+    if name == "auto":
+        name = "bf16" if device == "cuda" else "fp32"
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[name], name
+
+
+def _tokenizer(folder: Path, what: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # noqa: BLE001 - a folder without a usable tokenizer is a usage error
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"{folder}: no tokenizer for {what} ({type(exc).__name__}: {first})"
+        ) from None
+
+
+def open_model(
+    path: Path, *, device: str, dtype: str, iteration: int | None = None, console=print
+) -> tuple[Loaded, str]:
+    """Load MODEL (see the module docstring); returns it and the dtype's name."""
+    import torch
+
+    from zebractl.convert import hf as H
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such model folder, run directory or checkpoint")
+    if H.is_hf_folder(path):
+        if iteration is not None:
+            raise ConfigError("--iteration applies to a run directory, not a Hugging Face folder")
+        try:
+            config = json.loads((path / "config.json").read_text())
+        except ValueError as exc:
+            raise ConfigError(f"{path / 'config.json'}: not JSON ({exc})") from None
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        fla_types = ("kda", "gated_deltanet")
+        if model_type in fla_types:
+            import fla  # noqa: F401 - registers FLA's classes with the auto classes
+        elif model_type == "zebra":
+            import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM
+        from transformers import AutoModelForCausalLM
+
+        dt, dname = _dtype(dtype, device)
+        console(f"loading {path} ({dname})")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).eval()
+        except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ConfigError(
+                f"{path}: transformers cannot load this folder as a causal LM "
+                f"({type(exc).__name__}: {first}); check config.json and the safetensors, or "
+                "re-export it with `zebractl convert`"
+            ) from None
+        tok = _tokenizer(path, "this model folder (copy the tokenizer files into it)")
+        digest = fingerprint(model)
+        return (
+            Loaded(
+                model.to(device),
+                tok,
+                "hf",
+                type(model).__name__,
+                digest,
+                DEFAULT_MAX_LENGTH,
+                cpu_reference=model_type in fla_types and device == "cpu",
+            ),
+            dname,
+        )
+    src = H.open_source(path, iteration)
+    dt, dname = _dtype(dtype, device)
+    console(f"converting {src.checkpoint.folder} (iteration {src.iteration}) in memory ({dname})")
+    tok_dir = H.tokenizer_dir(src.cfg)
+    if tok_dir is None:
+        raise ConfigError(
+            f"{src.run_root}: the run's dataset has no tokenizer/ folder (prepare it with "
+            "`zebractl prepare`, which saves the tokenizer)"
+        )
+    tok = _tokenizer(tok_dir, "the run's dataset")
+    with torch.no_grad():
+        model = H.in_memory(src, dt)
+    digest = fingerprint(model)
+    return (
+        Loaded(
+            model.to(device),
+            tok,
+            "run",
+            type(model).__name__,
+            digest,
+            src.cfg.data.seq_length,
+            cfg=src.cfg,
+            run_root=src.run_root,
+            iteration=src.iteration,
+        ),
+        dname,
+    )
+
+
+def held_out_texts(cfg: Any, tokenizer: Any, limit: int | None) -> list[str]:
+    """The run's held-out documents (``data.split``'s validation part), decoded to text."""
+    from zebractl.convert.verify import documents
+
+    n = min(limit or WIKI_MAX_DOCS, WIKI_MAX_DOCS)
+    out = []
+    for doc in documents(cfg, held_out=True):
+        text = tokenizer.decode(doc, skip_special_tokens=True).strip()
+        if text:
+            out.append(text)
+        if len(out) >= n:
+            break
+    if not out:
+        raise ConfigError(f"--tasks {T.WIKI}: the run's held-out split has no text")
+    return out
+
+
+def no_progress_bars() -> None:
+    """Off a TTY: no tqdm bars from lm-eval and datasets (both read these when first imported)."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+@contextlib.contextmanager
+def _offline() -> Iterator[None]:
+    """No Hub: offline variables set; lm-eval's logger at warnings."""
+    import logging
+
+    saved = {k: os.environ.get(k) for k in OFFLINE}
+    os.environ.update(OFFLINE)
+    log = logging.getLogger("lm_eval")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def parse_results(res: dict[str, Any], task: T.Task) -> tuple[dict[str, Any], int, int]:
+    """lm-eval's results of one task: {metric: (value, stderr)}, samples scored, documents."""
+    row = res["results"][task.lm_eval_name]
+    metrics: dict[str, Any] = {}
+    for key, value in row.items():
+        if "," not in key or "_stderr," in key:
+            continue
+        metric, _filter = key.split(",", 1)
+        stderr = row.get(f"{metric}_stderr,{_filter}")
+        metrics[metric] = {"value": _finite(value), "stderr": _finite(stderr)}
+    counts = res.get("n-samples", {})
+    names = [task.lm_eval_name]
+    if task.name == "mmlu":
+        names = [f"{task.lm_eval_name}_{s}" for s in T.MMLU_SUBJECTS]
+    samples = sum(int(counts.get(n, {}).get("effective", 0)) for n in names)
+    docs = sum(int(counts.get(n, {}).get("original", 0)) for n in names)
+    return metrics, samples, docs
+
+
+def run_lm_eval(
+    loaded: Loaded,
+    names: list[str],
+    task_dir: Path,
+    *,
+    batch_size: str,
+    max_length: int,
+    limit: int | None,
+) -> dict[str, Any]:
+    """One ``simple_evaluate`` over the local tasks ``names`` (0-shot, lm-eval's default seeds)."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    lm = HFLM(
+        pretrained=loaded.model,
+        tokenizer=loaded.tokenizer,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    tm = TaskManager(include_path=str(task_dir), include_defaults=False)
+    ctx: Any = contextlib.nullcontext()
+    if loaded.cpu_reference:
+        from zebractl.convert.fla_reference import on_cpu
+
+        ctx = on_cpu()
+    import lm_eval.evaluator as ev
+
+    # lm-eval records the git commit of the working directory (a stray "fatal: not a git
+    # repository" outside one); the model's identity here is its fingerprint
+    git_hash, ev.get_git_commit_hash = ev.get_git_commit_hash, lambda: None
+    try:
+        with ctx:
+            return simple_evaluate(
+                model=lm, tasks=names, task_manager=tm, limit=limit, log_samples=False
+            )
+    finally:
+        ev.get_git_commit_hash = git_hash
+
+
+SETTINGS = (
+    "fingerprint",
+    "lm_eval_version",
+    "device",
+    "dtype",
+    "batch_size",
+    "max_length",
+    "limit",
+)
+"""What must equal for an earlier results.json's tasks to be reused."""
+
+
+def _settings(report: Any) -> tuple:
+    return tuple(getattr(report, k) for k in SETTINGS)
+
+
+def _previous(path: Path) -> Any:
+    from zebractl.schemas.reports import EvalReport
+
+    if not path.is_file():
+        return None
+    try:
+        return EvalReport.model_validate_json(path.read_text())
+    except Exception:  # noqa: BLE001 - a damaged or older file is not reused (it is rewritten)
+        return None
+
+
+def evaluate(
+    model_path: Path,
+    *,
+    tasks: str | None = None,
+    limit: int | None = None,
+    batch_size: str = "16",
+    device: str = "auto",
+    dtype: str = "auto",
+    max_length: int | None = None,
+    output: Path | None = None,
+    iteration: int | None = None,
+    data_run: Path | None = None,
+    force: bool = False,
+    console: Callable[[str], None] = print,
+) -> Any:
+    """Evaluate (see the module docstring); returns the EvalReport written."""
+    import importlib.metadata
+
+    import torch
+
+    from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
+
+    t0 = time.perf_counter()
+    chosen = T.parse(tasks)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: expected a positive number of documents per task")
+    if batch_size != "auto" and not (batch_size.isdigit() and int(batch_size) > 0):
+        raise ConfigError(f"--batch-size {batch_size}: expected a positive integer or auto")
+    if max_length is not None and max_length < 2:
+        raise ConfigError(f"--max-length {max_length}: expected at least 2")
+    if dtype not in ("auto", "bf16", "fp32"):
+        raise ConfigError(f"--dtype {dtype}: expected auto, bf16 or fp32")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+        raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
+    runnable = [t for t in chosen if t.skip is None]
+    needs_data = [t for t in runnable if t.files]
+    root = T.data_root() if needs_data else None
+    digests = T.check_data(needs_data, root) if root is not None else {}
+
+    loaded, dname = open_model(
+        model_path, device=device, dtype=dtype, iteration=iteration, console=console
+    )
+    length = max_length or loaded.max_length
+    if output is None:
+        output = loaded.run_root or model_path
+    out_dir = Path(output) / "eval"
+    results_file = out_dir / "results.json"
+    version = importlib.metadata.version("lm_eval")
+    fields: dict[str, Any] = {
+        "model": str(model_path),
+        "source": loaded.source,
+        "model_class": loaded.model_class,
+        "iteration": loaded.iteration,
+        "fingerprint": loaded.fingerprint,
+        "lm_eval_version": version,
+        "data_package": T.DATA_PACKAGE,
+        "device": device,
+        "dtype": dname,
+        "batch_size": batch_size,
+        "max_length": length,
+        "limit": limit,
+        "results_file": str(results_file),
+    }
+    old = None if force else _previous(results_file)
+    reusable = {}
+    if old is not None and _settings(old) == tuple(fields[k] for k in SETTINGS):
+        reusable = {r.task: r for r in old.tasks if r.status == "ok"}
+
+    held_out: list[str] | None = None
+    wiki = next((t for t in runnable if t.name == T.WIKI), None)
+    if wiki is not None:
+        cfg = loaded.cfg
+        if data_run is not None:
+            from zebractl.convert.hf import open_source
+
+            cfg = open_source(data_run).cfg
+        if cfg is None:
+            raise ConfigError(
+                f"--tasks {T.WIKI} scores a run's held-out documents: pass --data RUN_DIR (or "
+                "evaluate the run directory itself)"
+            )
+        held_out = held_out_texts(cfg, loaded.tokenizer, limit)
+        digests[wiki.name] = {
+            "held-out.jsonl": hashlib.sha256("\n".join(held_out).encode()).hexdigest()
+        }
+    todo = [
+        t
+        for t in runnable
+        if not (t.name in reusable and reusable[t.name].data_sha256 == digests.get(t.name, {}))
+    ]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    task_dir = out_dir / "tasks"
+    T.write_tasks(runnable, task_dir, root, held_out)
+    res: dict[str, Any] = {}
+    seconds = 0.0
+    if todo:
+        console(
+            f"running {', '.join(t.name for t in todo)} on {device} ({dname}, batch {batch_size}, "
+            f"max length {length}{f', limit {limit}' if limit else ''})"
+        )
+        t1 = time.perf_counter()
+        with _offline():
+            res = run_lm_eval(
+                loaded,
+                [t.lm_eval_name for t in todo],
+                task_dir,
+                batch_size=batch_size,
+                max_length=length,
+                limit=limit,
+            )
+        seconds = time.perf_counter() - t1
+    rows: list[Any] = []
+    for t in chosen:
+        if t.skip is not None:
+            rows.append(
+                EvalTaskResult(
+                    task=t.name,
+                    lm_eval_task=t.lm_eval_name,
+                    status="skipped",
+                    reason=t.skip,
+                    split=t.split,
+                    primary=list(t.primary),
+                )
+            )
+        elif t in todo:
+            metrics, samples, docs = parse_results(res, t)
+            rows.append(
+                EvalTaskResult(
+                    task=t.name,
+                    lm_eval_task=t.lm_eval_name,
+                    status="ok",
+                    split=t.split,
+                    primary=list(t.primary),
+                    metrics={k: EvalMetric(**v) for k, v in metrics.items()},
+                    samples=samples,
+                    documents=docs,
+                    data_sha256=digests.get(t.name, {}),
+                )
+            )
+        else:
+            rows.append(reusable[t.name].model_copy(update={"reused": True}))
+    # the file keeps what it held for the same model and settings: tasks not asked for this time
+    # follow the ones asked for
+    asked = {t.name for t in chosen}
+    if old is not None and reusable:
+        rows += [
+            r.model_copy(update={"reused": True})
+            for r in old.tasks
+            if r.task not in asked and r.status == "ok"
+        ]
+    report = EvalReport(
+        **fields,
+        wall_seconds=time.perf_counter() - t0,
+        lm_eval_seconds=seconds,
+        tasks=rows,
+    )
+    tmp = results_file.with_name(results_file.name + ".tmp")
+    tmp.write_text(report.model_dump_json(by_alias=True, indent=2) + "\n")
+    tmp.replace(results_file)
+    return report
