@@ -191,11 +191,11 @@ def test_results_are_reused_for_the_same_model_and_settings(cli, run, tmp_path, 
 
 def test_wikitext_like_scores_the_runs_held_out_documents(cli, run, tmp_path):
     r = cli(
-        "eval", str(run), "--tasks", "wikitext-like", "--limit", "3", "--output", str(tmp_path),
+        "eval", str(run), "--tasks", "wikitext-like", "--limit", "2", "--output", str(tmp_path),
         "--json",
     )  # fmt: skip
     (t,) = _report(r).tasks
-    assert t.task == "wikitext-like" and t.status == "ok" and t.samples == 3
+    assert t.task == "wikitext-like" and t.status == "ok" and t.samples == 2
     for name in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert t.metrics[name].value is not None and t.metrics[name].value > 0, name
     # the scored texts are the held-out documents, decoded
@@ -215,9 +215,17 @@ def test_wikitext_like_scores_the_runs_held_out_documents(cli, run, tmp_path):
     assert held != next(documents(cfg))  # not the first training document
     # an HF folder needs --data RUN for it
     export = tmp_path / "hf"
-    assert cli("convert", str(run), str(export), "--format", "zebra").exit_code == 0
+    c = cli("convert", str(run), str(export), "--format", "zebra", "--dtype", "fp32")
+    assert c.exit_code == 0, c.output
     r = cli("eval", str(export), "--tasks", "wikitext-like", "--limit", "2")
     assert r.exit_code == 2 and "--data RUN_DIR" in r.stderr, r.output
+    r = cli(
+        "eval", str(export), "--tasks", "wikitext-like", "--limit", "2", "--data", str(run),
+        "--max-length", "64", "--output", str(tmp_path / "f"), "--json",
+    )  # fmt: skip
+    (f,) = _report(r).tasks
+    assert f.data_sha256 == t.data_sha256  # the same held-out texts
+    assert f.metrics == t.metrics  # the same fp32 weights, texts and windows
 
 
 def test_the_seed_suite_and_task_names():

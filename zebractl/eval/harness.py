@@ -345,6 +345,15 @@ def evaluate(
     root = T.data_root() if needs_data else None
     digests = T.check_data(needs_data, root) if root is not None else {}
 
+    wiki = next((t for t in runnable if t.name == T.WIKI), None)
+    if wiki is not None and data_run is None:
+        from zebractl.convert.hf import is_hf_folder
+
+        if is_hf_folder(Path(model_path)):
+            raise ConfigError(
+                f"--tasks {T.WIKI} scores a run's held-out documents: pass --data RUN_DIR (or "
+                "evaluate the run directory itself)"
+            )
     loaded, dname = open_model(
         model_path, device=device, dtype=dtype, iteration=iteration, console=console
     )
@@ -375,19 +384,23 @@ def evaluate(
         reusable = {r.task: r for r in old.tasks if r.status == "ok"}
 
     held_out: list[str] | None = None
-    wiki = next((t for t in runnable if t.name == T.WIKI), None)
     if wiki is not None:
         cfg = loaded.cfg
         if data_run is not None:
             from zebractl.convert.hf import open_source
 
             cfg = open_source(data_run).cfg
-        if cfg is None:
-            raise ConfigError(
-                f"--tasks {T.WIKI} scores a run's held-out documents: pass --data RUN_DIR (or "
-                "evaluate the run directory itself)"
-            )
-        held_out = held_out_texts(cfg, loaded.tokenizer, limit)
+        # decoded with the tokenizer the run's data was prepared with (the model reads the text
+        # with its own)
+        decoder = loaded.tokenizer
+        if data_run is not None:
+            from zebractl.convert.hf import tokenizer_dir
+
+            tok_dir = tokenizer_dir(cfg)
+            if tok_dir is None:
+                raise ConfigError(f"--data {data_run}: the run's dataset has no tokenizer/ folder")
+            decoder = _tokenizer(tok_dir, "the --data run's dataset")
+        held_out = held_out_texts(cfg, decoder, limit)
         digests[wiki.name] = {
             "held-out.jsonl": hashlib.sha256("\n".join(held_out).encode()).hexdigest()
         }
