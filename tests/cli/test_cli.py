@@ -1,4 +1,4 @@
-"""The CLI surface: help, exit codes, lists, diff, pending commands, import hygiene.
+"""The CLI surface: help, exit codes, lists, diff, import hygiene.
 
 Start-up time is measured by benchmarks/cli_startup.py, not asserted here (wall-clock limits fail on
 a busy machine); the deterministic part, that --help and completion import nothing heavy, is.
@@ -74,24 +74,6 @@ def test_help_documents_exit_codes_and_commands(cli):
         "schema",
     ):
         assert f"\n  {command} " in result.stdout
-
-
-PENDING = {
-    "compare": (["a", "b"], ["RUN", "REFERENCE", "--assert", "--json"]),
-}
-
-
-@pytest.mark.parametrize("command", PENDING)
-def test_pending_commands_say_so_and_exit_2(cli, command):
-    argv, planned = PENDING[command]
-    help_text = cli(command, "--help").stdout.lower()
-    for arg in planned:
-        assert arg.lower() in help_text, arg
-    result = cli(command, *argv)
-    assert result.exit_code == 2
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "not available yet" in lines[0] and "nothing was done" in lines[0]
 
 
 def test_convert_and_verify_refuse_missing_inputs_in_one_line(cli, tmp_path):

@@ -10,10 +10,10 @@ import typer
 
 from zebractl import __version__
 from zebractl.cli import catalog as _catalog
+from zebractl.cli import compare as _compare
 from zebractl.cli import config as _config
 from zebractl.cli import convert as _convert
 from zebractl.cli import eval as _eval
-from zebractl.cli import pending as _pending
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
 from zebractl.cli import schema as _schema
@@ -66,4 +66,4 @@ app.command("convert", epilog=EPILOG)(_convert.convert)
 app.command("verify", epilog=EPILOG)(_convert.verify)
 app.command("eval", epilog=EPILOG)(_eval.eval_)
 app.add_typer(_schema.app, name="schema")
-_pending.register(app, EPILOG)
+app.command("compare", epilog=EPILOG)(_compare.compare)

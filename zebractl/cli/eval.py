@@ -64,7 +64,7 @@ def eval_(
     import sys
 
     require(("torch", "transformers", "lm_eval", "datasets"), "eval", "`zebractl eval`")
-    from zebractl.eval import harness
+    from zebractl.evaluate import harness
 
     if not sys.stderr.isatty():
         harness.no_progress_bars()

@@ -42,6 +42,12 @@ def train(
         help="Start from a checkpoint's weights (or a Hugging Face folder's: a zebractl export or "
         "an FLA KDA/GDN checkpoint) with a fresh optimizer and schedule (finetune).",
     ),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="fla: train FLA's own model class (pure KDA/GDN) from the same initial weights on "
+        "the same samples, into RUN-fla-reference (the other side of `zebractl compare`).",
+    ),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
     submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
@@ -59,7 +65,8 @@ def train(
 
     say = err if json_out else print
     with stdout_to_stderr(json_out):  # third-party output must not break the JSON document
-        out = start(TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit), say)
+        req = TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit, reference)
+        out = start(req, say)
     for line in out.lines:
         say(line)
     res = out.result

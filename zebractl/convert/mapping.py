@@ -222,6 +222,17 @@ def check_table(m: ModelConfig, fmt: str = "fla") -> None:
         raise MappingError(f"doubly mapped tensors in the {fmt} table: {doubled}")
 
 
+def origins(m: ModelConfig, fmt: str = "fla") -> dict[str, str]:
+    """Their tensor name -> our tensor name it is taken from (a split tensor's parts all name
+    the fused tensor)."""
+    out: dict[str, str] = {}
+    for e, ix in _entries(m, fmt):
+        parts = e.theirs if isinstance(e, Split) else (e.theirs,)
+        for n in parts:
+            out[n.format(**ix)] = e.ours.format(**ix)
+    return out
+
+
 def _take(sd: dict[str, Tensor], key: str, used: set[str]) -> Tensor:
     if key not in sd:
         raise MappingError(f"missing tensor {key}")

@@ -793,6 +793,167 @@ class EvalReport(Report):
     held for the same fingerprint and settings (marked reused)."""
 
 
+# ---- zebractl compare ------------------------------------------------------------------------------
+
+
+class CompareSide(StrictModel):
+    """One run of a comparison."""
+
+    run: str
+    """Its run directory."""
+    label: str
+    """Its name in tables and plots (the folder; the reference stack in parentheses)."""
+    reference: str | None
+    """fla for a `train --reference fla` run, else null (zebractl's model)."""
+    iterations: int
+    """Its last logged iteration."""
+
+
+class CompareLossRow(StrictModel):
+    """Training loss of both runs at one iteration."""
+
+    iteration: int
+    """Iteration (1, powers of two, the last common one)."""
+    a: FiniteFloat
+    """Run A's loss."""
+    b: FiniteFloat
+    """Run B's loss."""
+    delta: FiniteFloat
+    """b - a."""
+    delta_pct: FiniteFloat
+    """100 (b - a) / a."""
+
+
+class CompareCurves(StrictModel):
+    """Both loss curves on their common iterations."""
+
+    iterations: list[int]
+    """Common logged iterations."""
+    a: list[FiniteFloat]
+    """Run A's losses."""
+    b: list[FiniteFloat]
+    """Run B's losses."""
+
+
+class CompareValLoss(StrictModel):
+    """Final validation losses."""
+
+    a: FiniteFloat | None
+    """Run A's last validation loss (null: none)."""
+    b: FiniteFloat | None
+    """Run B's."""
+    delta: FiniteFloat | None
+    """b - a."""
+
+
+class CompareThroughputSide(StrictModel):
+    """One run's speed: means over its logged rows after the first (warm-up)."""
+
+    tokens_per_s: FiniteFloat | None
+    """Tokens per second per GPU."""
+    tflops_per_gpu: FiniteFloat | None
+    """Model TFLOP/s per GPU (null on CPU)."""
+    mfu: FiniteFloat | None
+    """Model FLOPs utilisation (null on CPU)."""
+    memory_gib: FiniteFloat | None
+    """Peak GPU memory (null on CPU)."""
+
+
+class CompareThroughput(StrictModel):
+    """Speed side by side."""
+
+    a: CompareThroughputSide
+    """Run A."""
+    b: CompareThroughputSide
+    """Run B."""
+    ratio: CompareThroughputSide
+    """a / b of each."""
+
+
+class CompareEvalRow(StrictModel):
+    """One seed metric of one task in both runs' eval results."""
+
+    task: str
+    """Task."""
+    metric: str
+    """Metric (the seed's: acc or acc_norm)."""
+    a: FiniteFloat
+    """Run A, in points (percent)."""
+    b: FiniteFloat
+    """Run B, in points."""
+    delta_pp: FiniteFloat
+    """b - a in points."""
+
+
+class CompareDifference(StrictModel):
+    """A resolved-config key whose value differs."""
+
+    key: str
+    """Dotted key."""
+    a: JsonValue
+    """Run A's value."""
+    b: JsonValue
+    """Run B's value."""
+    a_source: str
+    """Where A's value came from (default, FILE:LINE, --set)."""
+    b_source: str
+    """Where B's came from."""
+    must_match: bool
+    """Data, tokenizer, sequence length, split or global batch: refused unless --force."""
+
+
+class CompareCheck(StrictModel):
+    """One tolerance of --assert."""
+
+    name: str
+    """Tolerance key (iteration1_abs, last_half_pct, eval_pp)."""
+    what: str
+    """What it bounds."""
+    value: FiniteFloat
+    """The measured value."""
+    tolerance: FiniteFloat
+    """Its bound."""
+    ok: bool
+    """value <= tolerance."""
+
+
+class CompareReport(Report):
+    """``zebractl compare RUN_A RUN_B --json``: the parity report (also OUTPUT/compare.json)."""
+
+    command: ClassVar[str] = "compare"
+
+    a: CompareSide
+    """Run A (the baseline of every delta)."""
+    b: CompareSide
+    """Run B."""
+    loss: list[CompareLossRow]
+    """Loss at iteration 1, powers of two and the last common iteration."""
+    curves: CompareCurves
+    """Both loss curves."""
+    iteration1_delta: FiniteFloat | None
+    """Loss b - a at iteration 1 (null when either did not log it)."""
+    last_half_mean_abs_pct: FiniteFloat | None
+    """Mean |Δ%| of the loss over the last half of the common iterations."""
+    val_loss: CompareValLoss
+    """Final validation losses."""
+    throughput: CompareThroughput
+    """Speed side by side."""
+    eval: list[CompareEvalRow]
+    """Per-task eval deltas (empty unless both runs have eval/results.json)."""
+    eval_mean_abs_pp: FiniteFloat | None
+    """Mean |Δ| of the eval rows in points."""
+    differences: list[CompareDifference]
+    """Every resolved-config difference (output paths excluded)."""
+    forced: bool
+    """Compared despite a must-match difference (--force)."""
+    checks: list[CompareCheck]
+    """The tolerances (with --assert they decide the exit code)."""
+    passed: bool
+    """Every check ok."""
+    files: list[str]
+    """The report files written (Markdown, JSON, PNG plots)."""
+
+
 REPORTS: tuple[type[Report], ...] = (
     PlanReport,
     ConfigShowReport,
@@ -807,5 +968,6 @@ REPORTS: tuple[type[Report], ...] = (
     ConvertReport,
     ModelVerifyReport,
     EvalReport,
+    CompareReport,
 )
 """Every --json document, one per command; each has a JSON Schema in schemas/reports/."""

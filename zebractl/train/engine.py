@@ -63,7 +63,9 @@ class TorchEngine:
                 model, device_ids=[device.index] if device.type == "cuda" else None
             )
         decay, no_decay = [], []
-        for name, p in model.named_parameters():
+        # a reference model (zebractl.train.reference) names its parameters as zebractl does
+        named = getattr(model, "named_parameters_for_decay", model.named_parameters)()
+        for name, p in named:
             if p.requires_grad:
                 (no_decay if _no_decay(cfg, name) else decay).append(p)
         o = cfg.optimizer
@@ -401,12 +403,17 @@ def check_engine(cfg: RunConfig, device: torch.device, world: int = 1) -> None:
 
 
 def build_engine(
-    cfg: RunConfig, device: torch.device, world: int, seed: int
+    cfg: RunConfig, device: torch.device, world: int, seed: int, reference: str | None = None
 ) -> TorchEngine | MegatronEngine:
-    """The model (built for the engine's parameter dtype) wrapped by the recipe's engine."""
+    """The model (built for the engine's parameter dtype) wrapped by the recipe's engine;
+    ``reference="fla"``: FLA's class of the model, from the same initial weights."""
     from zebractl.model.model import build_model
 
     check_engine(cfg, device, world)
+    if reference is not None:
+        from zebractl.train import reference as ref
+
+        return TorchEngine(cfg, ref.build(cfg, device, seed), device, world)
     if cfg.optimizer.impl == "torch_fused":
         model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=seed)
         return TorchEngine(cfg, model, device, world)

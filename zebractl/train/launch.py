@@ -37,6 +37,8 @@ class TrainRequest:
     nproc: int | None = None
     slurm: bool = False
     submit: bool = False
+    reference: str | None = None
+    """``fla``: train FLA's class of the model instead (zebractl.train.reference)."""
 
 
 @dataclass
@@ -53,7 +55,9 @@ class LaunchOutcome:
     lines: list[str] = field(default_factory=list)
 
 
-def child_args(recipe: str, sets: list[str], output: str, init_from: str | None) -> list[str]:
+def child_args(
+    recipe: str, sets: list[str], output: str, init_from: str | None, reference: str | None = None
+) -> list[str]:
     """`zebractl train` arguments for each launched process (no launcher options)."""
     args = ["train", recipe]
     for item in sets:
@@ -61,6 +65,8 @@ def child_args(recipe: str, sets: list[str], output: str, init_from: str | None)
     args += ["--output", output]
     if init_from:
         args += ["--init-from", init_from]
+    if reference:
+        args += ["--reference", reference]
     return args
 
 
@@ -142,8 +148,23 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
     sets = req.sets if explicit_gpus else [*req.sets, f"parallelism.num_gpus={gpus}"]
     r = resolve_recipe(ref, sets)
     run = RunDir.for_recipe(r.run, r.name, req.output)
+    if req.reference is not None:
+        from zebractl.train import reference as ref
+
+        ref.check(r.run, req.reference)
+        # its own directory and checkpoints (never the run it mirrors)
+        root = (
+            run.root
+            if req.output is not None
+            else run.root.with_name(f"{run.root.name}-{req.reference}-reference")
+        )
+        run = RunDir(root)
     args = child_args(
-        req.recipe, sets, str(run.root), str(req.init_from) if req.init_from else None
+        req.recipe,
+        sets,
+        str(run.root),
+        str(req.init_from) if req.init_from else None,
+        req.reference,
     )
     if slurm:
         per_node = min(8, gpus)
@@ -178,7 +199,7 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
     from zebractl.run.records import ResolvedConfigRecord
     from zebractl.train.trainer import Trainer
 
-    record = ResolvedConfigRecord.of(r)
+    record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
     result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)

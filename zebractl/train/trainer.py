@@ -163,6 +163,15 @@ class Trainer:
             else torch.device("cpu")
         )
         check_engine(cfg, self.device, self.world)
+        if self.record.reference is not None:
+            from zebractl.train import reference as ref
+
+            ref.check(cfg, self.record.reference)
+            if self.init_from is not None:
+                raise ConfigError(
+                    "--reference starts from zebractl's own initialisation of the recipe; "
+                    "--init-from does not apply"
+                )
         from zebractl.train import precompile
 
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
@@ -185,6 +194,18 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
 
+        if self.run.config_path.is_file():
+            try:
+                before = self.run.read_config().reference
+            except Exception:  # noqa: BLE001 - an unreadable record is reported below
+                before = self.record.reference
+            if before != self.record.reference:
+                what = {None: "zebractl's model"}
+                raise ConfigError(
+                    f"{self.run.root} holds a run of {what.get(before, f'the {before} reference')}"
+                    f"; this one trains {what.get(self.record.reference, 'the ' + str(self.record.reference) + ' reference')}"
+                    ": choose another --output"
+                )
         if self.rank == 0:
             self.run.create()
             changed = self.run.config_changes(self.record)
@@ -221,11 +242,15 @@ class Trainer:
             )
 
         # every rank builds the same seeded initialisation; both engines average gradients over ranks
-        self.engine = build_engine(cfg, self.device, self.world, cfg.seed)
+        reference = self.record.reference  # a reference run: FLA's class of the model
+        self.engine = build_engine(cfg, self.device, self.world, cfg.seed, reference=reference)
         self.model = self.engine.model
         from zebractl.train.cuda_graph import maybe_graphed
 
-        self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
+        if reference is None:
+            self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
+        else:
+            self.console(f"reference run: FLA's {type(self.model.hf).__name__}, zebractl's init")
         s = cfg.schedule
         self.sched = OptimizerParamScheduler(
             self.engine.optimizer,

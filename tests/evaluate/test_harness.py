@@ -19,7 +19,7 @@ pytest.importorskip("lm_eval")
 pytest.importorskip("megatron.core")
 jsonschema = pytest.importorskip("jsonschema")
 
-from zebractl.eval import tasks as T  # noqa: E402
+from zebractl.evaluate import tasks as T  # noqa: E402
 from zebractl.runtime.dist import scoped  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_run_in_memory_and_its_export_equal_plain_lm_eval(cli, run, tmp_path):
 
 @needs_data
 def test_results_are_reused_for_the_same_model_and_settings(cli, run, tmp_path, monkeypatch):
-    from zebractl.eval import harness
+    from zebractl.evaluate import harness
 
     out = tmp_path / "o"
     first = _report(

@@ -3,7 +3,7 @@
 MODEL is a Hugging Face folder (any ``AutoModelForCausalLM``: our exports after ``import
 zebractl.hf``, FLA's after ``import fla``, plain transformers models) or a zebractl run directory /
 checkpoint, converted in memory to ``ZebraForCausalLM`` (no folder written). lm-eval's ``HFLM``
-wraps the model object and its tokenizer; the tasks are :mod:`zebractl.eval.tasks`' YAMLs, written
+wraps the model object and its tokenizer; the tasks are :mod:`zebractl.evaluateuate.tasks`' YAMLs, written
 to ``OUTPUT/eval/tasks/`` (the same folder a plain ``lm_eval --include_path`` run can read).
 
 ``OUTPUT/eval/results.json`` is an :class:`~zebractl.schemas.reports.EvalReport`: per task the
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zebractl.config.errors import ConfigError
-from zebractl.eval import tasks as T
+from zebractl.evaluate import tasks as T
 
 DEFAULT_MAX_LENGTH = 2048
 """max_length for a Hugging Face folder (a run uses its training sequence length)."""

@@ -1,0 +1,178 @@
+"""`zebractl compare` and `zebractl train --reference fla` on CPU: tiny KDA and GDN runs against FLA's
+own classes (through FLA's pure-PyTorch references), from the same init on the same samples.
+
+Tolerance: iteration-1 losses equal within 1e-5 in fp32 (the two stacks differ only in operation
+order: FLA's naive recurrent references against zebractl's chunked torch references).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fla.models")
+pytest.importorskip("megatron.core")
+pytest.importorskip("matplotlib")
+jsonschema = pytest.importorskip("jsonschema")
+
+from zebractl.runtime.dist import scoped  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = [
+    "schedule.iterations=20",
+    "checkpoint.interval=20",
+    "schedule.warmup_iterations=4",
+    "batch.micro=8",  # one micro-batch per step (the global batch stays 8)
+]
+
+
+def _report(result):
+    from zebractl.schemas.reports import CompareReport
+
+    doc = json.loads(result.stdout)
+    schema = json.loads((REPO / "schemas/reports" / CompareReport.schema_file()).read_text())
+    jsonschema.validate(doc, schema)
+    return CompareReport.model_validate(doc)
+
+
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
+def test_ours_against_the_fla_reference_is_at_parity(cli, fast, tmp_path, recipe):
+    run = tmp_path / "ours"
+    with scoped():
+        fast.train(recipe, run, *STEPS)
+    r = cli("compare", str(run), "--fla", "--assert", "--json")
+    assert r.exit_code == 0, r.output
+    rep = _report(r)
+    ref = tmp_path / "ours-fla-reference"
+    assert rep.b.run == str(ref) and rep.b.reference == "fla" and rep.a.reference is None
+    record = json.loads((ref / "config.resolved.json").read_text())
+    assert record["reference"] == "fla"
+    assert record["config"] == json.loads((run / "config.resolved.json").read_text())["config"]
+    assert [x.iteration for x in rep.loss] == [1, 2, 4, 8, 16, 20]
+    assert rep.iteration1_delta is not None and abs(rep.iteration1_delta) <= 1e-5
+    assert rep.last_half_mean_abs_pct is not None and rep.last_half_mean_abs_pct < 0.1
+    assert rep.differences == [] and rep.passed and len(rep.checks) == 2
+    files = {Path(f).name for f in rep.files}
+    assert files == {"compare.md", "compare.json", "loss.png", "delta.png", "throughput.png"}
+    folder = run / "reports" / "compare-ours-fla-reference"
+    for name in files:
+        assert (folder / name).stat().st_size > 0, name
+    assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (folder / "compare.md").read_text()
+    assert "| 1 |" in md and "## Throughput" in md and "None: the same resolved config." in md
+    assert json.loads((folder / "compare.json").read_text()) == json.loads(r.stdout)
+    if recipe != "tiny_kda":
+        return
+    # the reference is reused, not retrained, on a second call
+    before = (ref / "metrics.jsonl").read_text()
+    again = cli("compare", str(run), "--fla", "--json")
+    assert again.exit_code == 0, again.output
+    assert (ref / "metrics.jsonl").read_text() == before
+
+
+def test_assert_fails_on_a_run_with_another_norm_eps(cli, fast, tmp_path):
+    """The bug the seed's project had (a framework default overriding norm eps) is caught."""
+    with scoped():
+        fast.train("tiny_kda", tmp_path / "a", *STEPS[:1], "schedule.warmup_iterations=2",
+                   "schedule.iterations=6", "checkpoint.interval=6")  # fmt: skip
+        fast.train("tiny_kda", tmp_path / "b", "schedule.warmup_iterations=2",
+                   "schedule.iterations=6", "checkpoint.interval=6", "model.norm.eps=0.5")  # fmt: skip
+    r = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--assert", "--json")
+    assert r.exit_code == 3, r.output
+    assert "outside tolerance" in r.stderr and "iteration-1" in r.stderr
+    rep = _report(r)
+    assert not rep.passed
+    (diff,) = rep.differences
+    assert diff.key == "model.norm.eps" and diff.b == 0.5 and diff.b_source == "--set"
+    assert not diff.must_match
+    # a looser tolerance passes; without --assert it only reports
+    loose = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--assert",
+                "--tolerance", "iteration1_abs=10", "--tolerance", "last_half_pct=100")  # fmt: skip
+    assert loose.exit_code == 0, loose.output
+    assert cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).exit_code == 0
+
+
+def test_runs_on_other_data_or_batches_are_refused_unless_forced(cli, fast, tmp_path):
+    with scoped():
+        fast.train(
+            "tiny_kda", tmp_path / "a", "schedule.iterations=3", "schedule.warmup_iterations=1"
+        )
+        fast.train("tiny_kda", tmp_path / "b", "schedule.iterations=3", "schedule.warmup_iterations=1",
+                   "batch.global=4")  # fmt: skip
+    r = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.exit_code == 2 and "batch.global (8 vs 4)" in r.stderr and "--force" in r.stderr
+    forced = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--force", "--json")
+    assert forced.exit_code == 0, forced.output
+    rep = _report(forced)
+    assert rep.forced and any(d.key == "batch.global" and d.must_match for d in rep.differences)
+
+
+def test_hostile_input_is_one_line_exit_2(cli, fast, tmp_path):
+    with scoped():
+        fast.train(
+            "tiny_kda", tmp_path / "a", "schedule.iterations=2", "schedule.warmup_iterations=1"
+        )
+    a = str(tmp_path / "a")
+    cases = [
+        ([str(tmp_path / "nope"), a], "no such run directory"),
+        ([a], "give RUN_B, or --fla"),
+        ([a, a, "--fla"], "give RUN_B, or --fla"),
+        ([a, a, "--tolerance", "nope=1"], "--tolerance nope=1"),
+        ([a, a, "--tolerance", "eval_pp=nan"], "finite number"),
+        ([a, str(tmp_path)], "not a zebractl run directory"),
+    ]
+    for args, message in cases:
+        r = cli("compare", *args)
+        assert r.exit_code == 2 and message in r.stderr, (args, r.output)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # a damaged metrics line is named with its line number
+    bad = tmp_path / "bad"
+    with scoped():
+        fast.train("tiny_kda", bad, "schedule.iterations=2", "schedule.warmup_iterations=1")
+    with (bad / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "iteration": "x"}\n')
+    r = cli("compare", a, str(bad))
+    n = len((bad / "metrics.jsonl").read_text().splitlines())
+    assert r.exit_code == 2 and f"metrics.jsonl:{n}: not a metrics row" in r.stderr, r.output
+
+
+def test_the_reference_refuses_what_fla_cannot_train(cli, fast, tmp_path):
+    r = cli("train", "tiny_hybrid", *fast.args("schedule.iterations=3"), "--reference", "fla",
+            "--output", str(tmp_path / "h"))  # fmt: skip
+    assert r.exit_code == 2 and "FLA has no class for this model" in r.stderr, r.output
+    r = cli("train", "tiny_kda", *fast.args("schedule.iterations=3"), "--reference", "flame",
+            "--output", str(tmp_path / "k"))  # fmt: skip
+    assert r.exit_code == 2 and "--reference flame" in r.stderr, r.output
+    # a reference run's directory is not a zebractl run's (and the other way round)
+    out = tmp_path / "k"
+    args = [
+        *fast.args("schedule.iterations=3", "schedule.warmup_iterations=1"),
+        "--output",
+        str(out),
+    ]
+    assert cli("train", "tiny_kda", *args, "--reference", "fla").exit_code == 0
+    r = cli("train", "tiny_kda", *args)
+    assert r.exit_code == 2 and "holds a run of the fla reference" in r.stderr, r.output
+
+
+def test_a_stopped_reference_run_resumes_bitwise(cli, fast, tmp_path):
+    """The reference checkpoints (FLA's names, megatron's format) resume like any run."""
+    parts = tmp_path / "parts"
+    sets = ("schedule.iterations=4", "schedule.warmup_iterations=1", "checkpoint.interval=2")
+    from zebractl.run.records import ResolvedConfigRecord
+    from zebractl.run.rundir import RunDir
+    from zebractl.train.trainer import Trainer
+
+    r = fast.resolve("tiny_kda", *sets)
+    record = ResolvedConfigRecord.of(r).model_copy(update={"reference": "fla"})
+    ref_whole = tmp_path / "ref_whole"
+    with scoped():
+        Trainer(r.run, RunDir(ref_whole), record, console=lambda s: None).fit()
+    with scoped():
+        Trainer(r.run, RunDir(parts), record, console=lambda s: None, stop_after=3).fit()
+    with scoped():
+        Trainer(r.run, RunDir(parts), record, console=lambda s: None).fit()
+    assert fast.losses(parts) == fast.losses(ref_whole)
+    assert len(fast.losses(ref_whole)) == 4

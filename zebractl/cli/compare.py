@@ -1,0 +1,104 @@
+"""`zebractl compare`: the parity report of two runs (or of a run and its FLA reference)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from zebractl.cli._common import (
+    EXIT_CHECK,
+    JSON_HELP,
+    emit_json,
+    err,
+    guarded,
+    require,
+    stdout_to_stderr,
+)
+
+
+@guarded
+def compare(
+    run_a: Path = typer.Argument(..., help="Run A: the baseline of every delta (our run)."),
+    run_b: Path = typer.Argument(None, help="Run B (e.g. the reference run); omit it with --fla."),
+    fla: bool = typer.Option(
+        False,
+        "--fla",
+        help="Train (or resume, or reuse) RUN_A's FLA reference into RUN_A-fla-reference, then "
+        "compare against it.",
+    ),
+    assert_: bool = typer.Option(
+        False, "--assert", help="Exit 3 listing the checks outside their tolerance."
+    ),
+    tolerance: list[str] = typer.Option(
+        [],
+        "--tolerance",
+        metavar="KEY=VALUE",
+        help="Override a tolerance: iteration1_abs (1e-3), last_half_pct (1.0), eval_pp (1.0).",
+    ),
+    output: Path = typer.Option(
+        None, "--output", help="Report folder (default: RUN_A/reports/compare-<RUN_B name>)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Compare runs that differ in data, tokenizer, sequence or batch."
+    ),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Parity report of two runs: loss at iteration 1, powers of two and the last (Δ, Δ%), the
+    last-half mean |Δ%|, validation loss, throughput, eval deltas and every config difference;
+    Markdown, JSON and PNG plots (loss, Δ%, throughput).
+    """
+    from zebractl.config.errors import ConfigError
+
+    require(("matplotlib",), "report", "`zebractl compare` (its plots)")
+    from zebractl.compare import render
+    from zebractl.compare import report as rep
+
+    tol = rep.parse_tolerances(tolerance)
+    if fla == (run_b is not None):
+        raise ConfigError("give RUN_B, or --fla to compare RUN_A with its FLA reference")
+    say = err if json_out else print
+    with stdout_to_stderr(json_out):
+        if fla:
+            require(("torch", "megatron.core", "fla"), "train", "`zebractl compare --fla`")
+            run_b = rep.fla_reference(run_a, console=say)
+        data = rep.compare(run_a, run_b, force=force)
+    from zebractl.schemas.reports import CompareReport
+
+    checks = rep.checks(data, tol)
+    report = CompareReport(**data, checks=checks, passed=all(c["ok"] for c in checks), files=[])
+    folder = output or Path(run_a) / "reports" / f"compare-{Path(run_b).name}"
+    report = render.write(report, folder)
+    if json_out:
+        emit_json(report)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{report.a.label} vs {report.b.label}", title_justify="left")
+        for col in ("iteration", "A", "B", "Δ", "Δ%"):
+            table.add_column(col, justify="right")
+        for x in report.loss:
+            table.add_row(
+                str(x.iteration),
+                f"{x.a:.4f}",
+                f"{x.b:.4f}",
+                f"{x.delta:+.4f}",
+                f"{x.delta_pct:+.3f}",
+            )
+        Console(width=max(Console().width, 80)).print(table)
+        t = report.throughput.ratio.tokens_per_s
+        print(
+            f"last-half mean |Δ%| {report.last_half_mean_abs_pct:.3f}; throughput A/B "
+            + (f"{t:.3f}" if t is not None else "n/a")
+            + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
+            + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
+        )
+        print(f"wrote {folder / 'compare.md'}")
+    failed = [c for c in report.checks if not c.ok]
+    if assert_ and failed:
+        err(
+            "compare: outside tolerance: "
+            + "; ".join(f"{c.what} {c.value:.6g} > {c.tolerance:.6g}" for c in failed)
+        )
+        raise typer.Exit(EXIT_CHECK)

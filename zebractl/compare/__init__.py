@@ -1,0 +1,1 @@
+"""`zebractl compare`: parity reports of two runs (:mod:`.report`, :mod:`.render`)."""

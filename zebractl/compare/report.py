@@ -1,0 +1,256 @@
+"""`zebractl compare RUN_A RUN_B`: a parity report of two runs, the kind the seed assembles by hand.
+
+Loss at the seed's kind of checkpoints (iteration 1, then powers of two, then the last), absolute
+and relative difference (B - A, relative to A), the mean |Δ%| over the last half of the common
+iterations and the final validation losses; throughput side by side (tokens/s/GPU, TFLOP/s, MFU,
+peak memory: means over the logged rows after the first, which holds the warm-up); and, when both
+runs have ``eval/results.json`` (`zebractl eval`), each task's seed metrics in points and their
+mean |Δ|. Every resolved-config difference is listed with where each side's value came from; runs
+that differ in their data, tokenizer, sequence length or global batch are refused unless
+``force`` (the comparison would not be apples to apples).
+
+:func:`checks` turns the tolerances into pass/fail rows (``compare --assert``: exit 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zebractl.config.errors import ConfigError
+
+TOLERANCES = {"iteration1_abs": 1e-3, "last_half_pct": 1.0, "eval_pp": 1.0}
+"""Defaults of --assert: iteration-1 |Δloss|, last-half mean |Δ%| of the loss, eval mean |Δ| (pp)."""
+MUST_MATCH = ("data.paths", "data.tokenizer", "data.seq_length", "data.split", "batch.global")
+"""Resolved keys (and their children) that must be equal unless --force."""
+IGNORED = ("output_dir", "description", "checkpoint.dir")
+"""Keys whose difference says nothing about the runs (where they were written)."""
+
+
+@dataclass
+class Run:
+    """One side of the comparison."""
+
+    root: Path
+    label: str
+    record: Any  # ResolvedConfigRecord
+    train: list[Any]  # TrainRow
+    val: list[Any]  # ValRow
+    eval: Any  # EvalReport | None
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out |= _flat(v, f"{prefix}{k}.")
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def open_run(path: Path) -> Run:
+    """A run directory's config, metrics and (if any) eval results."""
+    from zebractl.run.metrics import MetricsReader
+    from zebractl.run.rundir import RunDir
+    from zebractl.schemas.reports import EvalReport
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no such run directory")
+    run = RunDir(path)
+    record = run.read_config()
+    reader = MetricsReader.of(run)
+    train = sorted({r.iteration: r for r in reader.train()}.values(), key=lambda r: r.iteration)
+    if not train:
+        raise ConfigError(f"{run.metrics_path}: no training rows to compare")
+    val = reader.validation()
+    ev = None
+    results = run.eval_dir / "results.json"
+    if results.is_file():
+        try:
+            ev = EvalReport.model_validate_json(results.read_text())
+        except Exception as exc:  # noqa: BLE001 - damaged results: said, not used
+            raise ConfigError(f"{results}: not a zebractl eval report ({exc})") from None
+    label = f"{path.name}" + (f" ({record.reference})" if record.reference else "")
+    return Run(path, label, record, train, val, ev)
+
+
+def differences(a: Run, b: Run) -> list[dict[str, Any]]:
+    """Every resolved key whose value differs, with each side's provenance."""
+    fa, fb = _flat(a.record.config), _flat(b.record.config)
+    out = []
+    for k in sorted(set(fa) | set(fb)):
+        if any(k == p or k.startswith(p + ".") for p in IGNORED):
+            continue
+        if fa.get(k) != fb.get(k):
+            out.append(
+                {
+                    "key": k,
+                    "a": fa.get(k),
+                    "b": fb.get(k),
+                    "a_source": a.record.provenance.get(k, "default"),
+                    "b_source": b.record.provenance.get(k, "default"),
+                    "must_match": any(k == p or k.startswith(p + ".") for p in MUST_MATCH),
+                }
+            )
+    return out
+
+
+def checkpoints(last: int) -> list[int]:
+    """1, 2, 4, 8, ... up to ``last``, and ``last``."""
+    out, i = [], 1
+    while i < last:
+        out.append(i)
+        i *= 2
+    return [*out, last]
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _throughput(rows: list[Any]) -> dict[str, float | None]:
+    steady = rows[1:] or rows
+    return {
+        "tokens_per_s": _mean([r.tokens_per_s for r in steady]),
+        "tflops_per_gpu": _mean([r.tflops_per_gpu for r in steady]),
+        "mfu": _mean([r.mfu for r in steady]),
+        "memory_gib": max((r.memory_gib for r in rows if r.memory_gib is not None), default=None),
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b is not None and b != 0 else None
+
+
+def _eval_rows(a: Run, b: Run) -> list[dict[str, Any]]:
+    if a.eval is None or b.eval is None:
+        return []
+    tb = {t.task: t for t in b.eval.tasks if t.status == "ok"}
+    rows = []
+    for t in a.eval.tasks:
+        if t.status != "ok" or t.task not in tb:
+            continue
+        for metric in t.primary:
+            ma, mb = t.metrics.get(metric), tb[t.task].metrics.get(metric)
+            if ma is None or mb is None or ma.value is None or mb.value is None:
+                continue
+            pa, pb = 100 * ma.value, 100 * mb.value
+            rows.append({"task": t.task, "metric": metric, "a": pa, "b": pb, "delta_pp": pb - pa})
+    return rows
+
+
+def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any]:
+    """The comparison of two runs as plain data (see :class:`~zebractl.schemas.reports.CompareReport`)."""
+    a, b = open_run(a_path), open_run(b_path)
+    diffs = differences(a, b)
+    blocking = [d for d in diffs if d["must_match"]]
+    if blocking and not force:
+        raise ConfigError(
+            "the runs differ in "
+            + ", ".join(f"{d['key']} ({d['a']!r} vs {d['b']!r})" for d in blocking)
+            + ": not the same data and batch; --force compares them anyway"
+        )
+    la = {r.iteration: r.loss for r in a.train}
+    lb = {r.iteration: r.loss for r in b.train}
+    common = sorted(set(la) & set(lb))
+    if not common:
+        raise ConfigError(f"{a.root} and {b.root} logged no common iteration")
+    last = common[-1]
+    rows = []
+    for i in checkpoints(last):
+        if i in la and i in lb:
+            d = lb[i] - la[i]
+            rows.append(
+                {"iteration": i, "a": la[i], "b": lb[i], "delta": d, "delta_pct": 100 * d / la[i]}
+            )
+    half = [i for i in common if i > last / 2] or [last]
+    last_half = _mean([abs(100 * (lb[i] - la[i]) / la[i]) for i in half])
+    va = a.val[-1].val_loss if a.val else None
+    vb = b.val[-1].val_loss if b.val else None
+    ta, tb = _throughput(a.train), _throughput(b.train)
+    ev = _eval_rows(a, b)
+    return {
+        "a": {"run": str(a.root), "label": a.label, "reference": a.record.reference,
+              "iterations": a.train[-1].iteration},
+        "b": {"run": str(b.root), "label": b.label, "reference": b.record.reference,
+              "iterations": b.train[-1].iteration},
+        "loss": rows,
+        "curves": {"iterations": common, "a": [la[i] for i in common], "b": [lb[i] for i in common]},
+        "iteration1_delta": (lb[1] - la[1]) if 1 in la and 1 in lb else None,
+        "last_half_mean_abs_pct": last_half,
+        "val_loss": {"a": va, "b": vb, "delta": vb - va if va is not None and vb is not None else None},
+        "throughput": {
+            "a": ta,
+            "b": tb,
+            "ratio": {k: _ratio(ta[k], tb[k]) for k in ta},
+        },
+        "eval": ev,
+        "eval_mean_abs_pp": _mean([abs(r["delta_pp"]) for r in ev]) if ev else None,
+        "differences": diffs,
+        "forced": bool(blocking),
+    }  # fmt: skip
+
+
+def checks(data: dict[str, Any], tolerances: dict[str, float]) -> list[dict[str, Any]]:
+    """Pass/fail of each tolerance that has a value to check (``compare --assert``)."""
+    out = []
+    for key, value, what in (
+        ("iteration1_abs", data["iteration1_delta"], "iteration-1 |Δ loss|"),
+        ("last_half_pct", data["last_half_mean_abs_pct"], "last-half mean |Δ%| of the loss"),
+        ("eval_pp", data["eval_mean_abs_pp"], "eval mean |Δ| (points)"),
+    ):
+        if value is None:
+            continue
+        v = abs(value)
+        out.append({"name": key, "what": what, "value": v, "tolerance": tolerances[key],
+                    "ok": v <= tolerances[key]})  # fmt: skip
+    return out
+
+
+def parse_tolerances(items: list[str]) -> dict[str, float]:
+    """KEY=VALUE overrides of :data:`TOLERANCES`."""
+    tol = dict(TOLERANCES)
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in tol:
+            raise ConfigError(
+                f"--tolerance {item}: expected KEY=VALUE with KEY one of {', '.join(tol)}"
+            )
+        try:
+            v = float(value)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v) or v < 0:
+            raise ConfigError(f"--tolerance {item}: expected a finite number >= 0")
+        tol[key] = v
+    return tol
+
+
+def fla_reference(run_path: Path, console: Any = print) -> Path:
+    """Train (or resume, or reuse when complete) the FLA reference of a run: the same resolved
+    config, FLA's class, into ``RUN-fla-reference`` beside it."""
+    from zebractl.run.rundir import RunDir
+    from zebractl.runtime import dist, kernel_cache
+    from zebractl.schemas.recipe import RunConfig
+    from zebractl.train import reference as ref
+    from zebractl.train.trainer import Trainer
+
+    run = RunDir(Path(run_path))
+    record = run.read_config()
+    if record.reference is not None:
+        raise ConfigError(f"{run.root} is itself a {record.reference} reference run")
+    cfg = RunConfig.model_validate(record.config)
+    ref.check(cfg, "fla")
+    root = run.root.with_name(f"{run.root.name}-fla-reference")
+    console(f"FLA reference of {run.root}: {root}")
+    kernel_cache.configure()
+    with dist.scoped():
+        Trainer(
+            cfg, RunDir(root), record.model_copy(update={"reference": "fla"}), console=console
+        ).fit()
+    return root
