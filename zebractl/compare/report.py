@@ -98,13 +98,19 @@ def differences(a: Run, b: Run) -> list[dict[str, Any]]:
     return out
 
 
-def checkpoints(last: int) -> list[int]:
-    """1, 2, 4, 8, ... up to ``last``, and ``last``."""
-    out, i = [], 1
-    while i < last:
-        out.append(i)
+def checkpoints(logged: list[int]) -> list[int]:
+    """The seed's kind of checkpoints among the logged (sorted) iterations: the first, the first
+    at or after each power of two, and the last."""
+    out: list[int] = []
+    i = 1
+    while logged and i <= logged[-1]:
+        at = next(x for x in logged if x >= i)
+        if at not in out:
+            out.append(at)
         i *= 2
-    return [*out, last]
+    if logged and logged[-1] not in out:
+        out.append(logged[-1])
+    return out
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -161,7 +167,7 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
         raise ConfigError(f"{a.root} and {b.root} logged no common iteration")
     last = common[-1]
     rows = []
-    for i in checkpoints(last):
+    for i in checkpoints(common):
         if i in la and i in lb:
             d = lb[i] - la[i]
             rows.append(

@@ -137,7 +137,8 @@ class LoggingConfig(StrictModel):
     """Metrics output."""
 
     interval: int = Field(10, gt=0, le=B.STEPS)
-    """Log every N iterations."""
+    """Log every N iterations (and iteration 1 alone, and the last: the rows a parity report
+    compares)."""
     jsonl: bool = True
     """Write OUTPUT_DIR/metrics.jsonl."""
     tensorboard: bool = True

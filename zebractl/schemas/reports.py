@@ -927,7 +927,8 @@ class CompareReport(Report):
     b: CompareSide
     """Run B."""
     loss: list[CompareLossRow]
-    """Loss at iteration 1, powers of two and the last common iteration."""
+    """Loss at the first, then the first logged at or after each power of two, and the last
+    common iteration."""
     curves: CompareCurves
     """Both loss curves."""
     iteration1_delta: FiniteFloat | None

@@ -598,7 +598,8 @@ class Trainer:
                 window_steps += 1
                 grad_norm = norm
             it = self.iteration
-            if (it % cfg.logging.interval == 0 or it == self.iters) and window_steps:
+            # iteration 1 is logged alone: the loss at initialisation a parity report compares
+            if (it % cfg.logging.interval == 0 or it in (1, self.iters)) and window_steps:
                 row = self._train_row(
                     window_loss / window_steps, grad_norm, window_steps, window_skipped, t_last
                 )
