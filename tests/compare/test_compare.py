@@ -176,3 +176,54 @@ def test_a_stopped_reference_run_resumes_bitwise(cli, fast, tmp_path):
         Trainer(r.run, RunDir(parts), record, console=lambda s: None).fit()
     assert fast.losses(parts) == fast.losses(ref_whole)
     assert len(fast.losses(ref_whole)) == 4
+
+
+def test_eval_deltas_in_points_and_their_tolerance(cli, fast, tmp_path):
+    """Both runs' eval/results.json (`zebractl eval`) give a per-task table in points."""
+    import shutil
+
+    from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
+
+    a = tmp_path / "a"
+    with scoped():
+        fast.train("tiny_kda", a, "schedule.iterations=2", "schedule.warmup_iterations=1")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+
+    def results(run, acc, acc_norm):
+        task = EvalTaskResult(
+            task="arc_easy", lm_eval_task="zebractl_arc_easy", status="ok", split="test",
+            primary=["acc", "acc_norm"],
+            metrics={"acc": EvalMetric(value=acc), "acc_norm": EvalMetric(value=acc_norm)},
+            samples=100, documents=2376,
+        )  # fmt: skip
+        skipped = EvalTaskResult(
+            task="race", lm_eval_task="zebractl_race", status="skipped", reason="offline",
+            split="test", primary=["acc"],
+        )  # fmt: skip
+        rep = EvalReport(
+            model=str(run), source="run", model_class="ZebraForCausalLM", iteration=2,
+            fingerprint="0" * 64, lm_eval_version="0.4.13", data_package="x", device="cpu",
+            dtype="fp32", batch_size="16", max_length=64, limit=100, wall_seconds=1.0,
+            lm_eval_seconds=1.0, results_file="r", tasks=[task, skipped],
+        )  # fmt: skip
+        (run / "eval").mkdir(exist_ok=True)
+        (run / "eval/results.json").write_text(rep.model_dump_json())
+
+    results(a, 0.40, 0.30)
+    results(b, 0.43, 0.29)
+    r = cli("compare", str(a), str(b), "--assert", "--json")
+    assert r.exit_code == 3 and "eval mean |Δ| (points)" in r.stderr, r.output
+    rep = _report(r)
+    assert [(e.task, e.metric) for e in rep.eval] == [("arc_easy", "acc"), ("arc_easy", "acc_norm")]
+    assert rep.eval[0].a == pytest.approx(40.0) and rep.eval[0].delta_pp == pytest.approx(3.0)
+    assert rep.eval_mean_abs_pp == pytest.approx(2.0)
+    md = Path(rep.files[0]).read_text()
+    assert "## Eval (points)" in md and "| arc_easy | acc | 40.00 | 43.00 | +3.00 |" in md
+    ok = cli("compare", str(a), str(b), "--assert", "--tolerance", "eval_pp=2.5")
+    assert ok.exit_code == 0, ok.output
+    # a damaged results file is named
+    (b / "eval/results.json").write_text("{")
+    r = cli("compare", str(a), str(b))
+    assert r.exit_code == 2 and "not a zebractl eval report" in r.stderr, r.output
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from zebractl.cli._common import (
+    EXIT_CHECK,
     JSON_HELP,
     SET_HELP,
     complete_recipe,
@@ -48,6 +49,12 @@ def train(
         help="fla: train FLA's own model class (pure KDA/GDN) from the same initial weights on "
         "the same samples, into RUN-fla-reference (the other side of `zebractl compare`).",
     ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Run every pre-flight check (config, engine, GPUs, data, tokenizer, memory) and "
+        "exit without training; what this machine cannot check is listed as not checked.",
+    ),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
     submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
@@ -61,6 +68,9 @@ def train(
     130 / 143 / 138; rerunning the same command resumes.
     """
     require(("torch", "numpy", "megatron.core", "fla"), "train", "`zebractl train`")
+    if check:
+        _check(recipe, list(set_), json_out)
+        return
     from zebractl.train.launch import TrainRequest, start
 
     say = err if json_out else print
@@ -112,3 +122,31 @@ def train(
         )
     if out.exit_code:
         raise typer.Exit(out.exit_code)
+
+
+def _check(recipe: str, sets: list[str], json_out: bool) -> None:
+    from zebractl.config.catalog import reference
+    from zebractl.config.resolve import resolve_recipe
+    from zebractl.train.check import preflight
+
+    r = resolve_recipe(reference(recipe), sets)
+    checks = preflight(r.run)
+    ok = all(c.status != "failed" for c in checks)
+    if json_out:
+        from zebractl.schemas.reports import PreflightCheck, TrainCheckReport
+
+        emit_json(
+            TrainCheckReport(
+                recipe=recipe,
+                ok=ok,
+                checks=[
+                    PreflightCheck(name=c.name, status=c.status, detail=c.detail) for c in checks
+                ],
+            )
+        )
+    else:
+        for c in checks:
+            print(f"{c.name:<7} {c.status:<12} {c.detail}")
+    if not ok:
+        err(f"train --check: {', '.join(c.name for c in checks if c.status == 'failed')} failed")
+        raise typer.Exit(EXIT_CHECK)

@@ -72,7 +72,8 @@ def open_run(path: Path) -> Run:
         try:
             ev = EvalReport.model_validate_json(results.read_text())
         except Exception as exc:  # noqa: BLE001 - damaged results: said, not used
-            raise ConfigError(f"{results}: not a zebractl eval report ({exc})") from None
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ConfigError(f"{results}: not a zebractl eval report ({first})") from None
     label = f"{path.name}" + (f" ({record.reference})" if record.reference else "")
     return Run(path, label, record, train, val, ev)
 

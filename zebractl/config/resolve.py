@@ -181,8 +181,28 @@ def _merge_layers(
         )
 
 
+EXCLUSIVE = {
+    "schedule.iterations": "schedule.train_tokens",
+    "schedule.train_tokens": "schedule.iterations",
+}
+"""Keys of which a config sets exactly one: a --set of one clears the other (its provenance then
+says ``cleared by --set KEY``)."""
+
+
+def _clear_exclusive(raw: dict[str, Any], key: str, where: dict[str, str]) -> None:
+    other = EXCLUSIVE.get(key)
+    if other is None:
+        return
+    section, _, leaf = other.rpartition(".")
+    node = raw.get(section)
+    if isinstance(node, dict) and node.get(leaf) is not None:
+        node[leaf] = None
+        where[other] = f"cleared by --set {key}"
+
+
 def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> None:
-    """Apply ``--set dotted.key=value`` overrides (YAML scalars) in order."""
+    """Apply ``--set dotted.key=value`` overrides (YAML scalars) in order; setting one of two
+    :data:`EXCLUSIVE` keys clears the other."""
     for item in sets:
         key, eq, text = item.partition("=")
         key = key.strip()
@@ -205,6 +225,8 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
             del where[stale]
         node[parts[-1]] = parse_scalar(text, f"--set {key}")
         where[key] = "--set"
+        if node[parts[-1]] is not None:
+            _clear_exclusive(raw, key, where)
         if isinstance(node[parts[-1]], dict):
             for leaf in _leaf_keys(node[parts[-1]], key):
                 where[leaf] = "--set"

@@ -955,6 +955,33 @@ class CompareReport(Report):
     """The report files written (Markdown, JSON, PNG plots)."""
 
 
+# ---- zebractl train --check ------------------------------------------------------------------------
+
+
+class PreflightCheck(StrictModel):
+    """One pre-flight check of `train --check`."""
+
+    name: str
+    """config, engine, gpus, data or memory."""
+    status: Literal["ok", "not checked", "failed"]
+    """not checked: this machine cannot check it (no GPU, no CUDA); never counted as passed."""
+    detail: str
+    """What was found."""
+
+
+class TrainCheckReport(Report):
+    """``zebractl train RECIPE --check --json``: the pre-flight checks of a run, no training."""
+
+    command: ClassVar[str] = "train --check"
+
+    recipe: str
+    """The recipe as given."""
+    ok: bool
+    """No check failed (rows not checked allowed)."""
+    checks: list[PreflightCheck]
+    """Every check, in order."""
+
+
 REPORTS: tuple[type[Report], ...] = (
     PlanReport,
     ConfigShowReport,
@@ -970,5 +997,6 @@ REPORTS: tuple[type[Report], ...] = (
     ModelVerifyReport,
     EvalReport,
     CompareReport,
+    TrainCheckReport,
 )
 """Every --json document, one per command; each has a JSON Schema in schemas/reports/."""

@@ -1,0 +1,151 @@
+"""`zebractl train RECIPE --check`: every pre-flight check of a run, without training.
+
+The config (resolved and validated before this runs), the engine settings against this machine,
+the GPU count, the data (shards, tokenizer, held-out part, vocabulary), and the memory plan against
+the GPU when there is one. What this machine cannot check (a CUDA-only engine or kernel on a
+machine without CUDA, the GPU count and memory without a GPU) is listed as ``not checked``, never
+as passed; only a ``failed`` row makes the check fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zebractl.config.errors import ConfigError
+
+
+@dataclass
+class Check:
+    """One pre-flight check."""
+
+    name: str
+    status: str  # "ok" | "not checked" | "failed"
+    detail: str
+
+
+def _engine(cfg: Any, cuda: bool) -> list[Check]:
+    import torch
+
+    from zebractl.train.engine import check_engine
+
+    if cuda:
+        try:
+            check_engine(cfg, torch.device("cuda", 0), cfg.parallelism.num_gpus)
+        except ConfigError as exc:
+            return [Check("engine", "failed", str(exc))]
+        return [Check("engine", "ok", f"{cfg.optimizer.impl} on CUDA")]
+    out = []
+    k = cfg.kernels
+    cuda_only = []
+    if cfg.optimizer.impl == "megatron":
+        cuda_only.append("optimizer.impl megatron")
+    if k.cuda_graph:
+        cuda_only.append("kernels.cuda_graph")
+    if k.fp8_mlp != "off":
+        cuda_only.append(f"kernels.fp8_mlp {k.fp8_mlp}")
+    # the rest of the engine's rules, with the CUDA-only parts set aside
+    rest = cfg.model_copy(
+        update={"kernels": k.model_copy(update={"cuda_graph": False, "fp8_mlp": "off"})}
+    )
+    if cfg.optimizer.impl == "megatron":
+        if cfg.precision == "fp16":
+            return [Check("engine", "failed", "precision fp16 needs loss scaling; use bf16")]
+    else:
+        try:
+            check_engine(rest, torch.device("cpu"), cfg.parallelism.num_gpus)
+        except ConfigError as exc:
+            return [Check("engine", "failed", str(exc))]
+    if cuda_only:
+        out.append(
+            Check("engine", "not checked", f"{', '.join(cuda_only)}: CUDA only, no GPU here")
+        )
+    else:
+        out.append(Check("engine", "ok", f"{cfg.optimizer.impl}, runs on this machine"))
+    return out
+
+
+def _gpus(cfg: Any, cuda: bool) -> Check:
+    import torch
+
+    want = cfg.parallelism.num_gpus
+    if not cuda:
+        return Check("gpus", "not checked", f"the recipe plans {want} GPU(s); no GPU here")
+    have = torch.cuda.device_count()
+    if have >= want:
+        return Check("gpus", "ok", f"{want} planned, {have} here")
+    return Check(
+        "gpus",
+        "ok",
+        f"{want} planned, {have} here: a run here accumulates gradients to keep the global batch "
+        "(or launch it where the GPUs are)",
+    )
+
+
+def _data(cfg: Any) -> Check:
+    from zebractl.train.data import resolve_data
+
+    try:
+        spec = resolve_data(cfg)
+    except ConfigError as exc:
+        return Check("data", "failed", str(exc))
+    if not spec.train:
+        return Check("data", "failed", "data.paths holds no training shards")
+    val = cfg.validation
+    held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
+    if val is not None and not held_out:
+        return Check(
+            "data",
+            "failed",
+            f"validation is on (every {val.interval} iterations) but the data has no held-out "
+            "part: set data.split (e.g. [99, 1, 0]) or validation: null",
+        )
+    if spec.vocab_size > cfg.model.vocab_size:
+        return Check(
+            "data",
+            "failed",
+            f"the data's tokenizer has {spec.vocab_size:,} tokens, the model's vocabulary "
+            f"{cfg.model.vocab_size:,}",
+        )
+    tokens = sum(s.tokens for s in spec.train)
+    return Check(
+        "data",
+        "ok",
+        f"{len(spec.train)} shard(s), {tokens:,} tokens, tokenizer "
+        f"{spec.tokenizer_source or 'as prepared'}"
+        + (", held-out part present" if held_out else ""),
+    )
+
+
+def _memory(cfg: Any, cuda: bool) -> Check:
+    import torch
+
+    from zebractl.planning.plan import GIB, memory_estimate, parameter_report
+    from zebractl.schemas.recipe import derive
+
+    e = memory_estimate(cfg, parameter_report(cfg.model)["total"], derive(cfg))
+    need = e.total(cfg.batch.micro) / GIB
+    if not cuda:
+        return Check("memory", "not checked", f"estimate {need:.1f} GiB per GPU; no GPU here")
+    have = torch.cuda.get_device_properties(0).total_memory / GIB
+    status = "ok" if need <= have else "failed"
+    return Check(
+        "memory",
+        status,
+        f"estimate {need:.1f} GiB per GPU at micro-batch {cfg.batch.micro}, {have:.1f} GiB on "
+        "the GPU" + ("" if status == "ok" else " (lower batch.micro; `zebractl plan --fit`)"),
+    )
+
+
+def preflight(cfg: Any) -> list[Check]:
+    """Every check of a resolved recipe (see the module docstring)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return [
+        Check("config", "ok", "resolved and validated"),
+        *_engine(cfg, cuda),
+        _gpus(cfg, cuda),
+        _data(cfg),
+        _memory(cfg, cuda),
+    ]
