@@ -109,12 +109,9 @@ def build(cfg: Any, device: torch.device, seed: int) -> FLAReference:
 
     fam = check(cfg, "fla")
     m = cfg.model
-    ours = build_model(
-        m,
-        kernels=cfg.kernels.model_copy(update={"backend": "torch"}),
-        device="cpu",
-        seed=seed,
-    )
+    # built exactly as the torch_fused engine builds ours (the initialisation draws from a
+    # generator on the device, so the device must be the same for the same weights)
+    ours = build_model(m, kernels=cfg.kernels, device=device, seed=seed)
     state = {
         k: v.detach().float() for k, v in ours.state_dict().items() if isinstance(v, torch.Tensor)
     }
