@@ -152,8 +152,9 @@ def test_the_reference_refuses_what_fla_cannot_train(cli, fast, tmp_path):
         "--output",
         str(out),
     ]
-    assert cli("train", "tiny_kda", *args, "--reference", "fla").exit_code == 0
-    r = cli("train", "tiny_kda", *args)
+    with scoped():  # the in-process train's process group goes with it
+        assert cli("train", "tiny_kda", *args, "--reference", "fla").exit_code == 0
+        r = cli("train", "tiny_kda", *args)
     assert r.exit_code == 2 and "holds a run of the fla reference" in r.stderr, r.output
 
 
