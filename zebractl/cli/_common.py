@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from zebractl.config.errors import ConfigError
+from zebractl.config.errors import ConfigError, first_line
 
 if TYPE_CHECKING:  # pydantic is imported only by commands that print a report
     from zebractl.schemas.reports import Report
@@ -76,7 +76,7 @@ def guarded(fn: F) -> F:
             # derives from BaseException): report in one line, don't dump
             if state.verbose:
                 raise
-            first = (str(exc).strip().splitlines() or [""])[0]
+            first = first_line(exc)
             err(f"error: {type(exc).__name__}: {first} (run `zebractl -v ...` for the traceback)")
             raise typer.Exit(EXIT_FAILURE) from None
 

@@ -16,3 +16,8 @@ class ConfigError(Exception):
         super().__init__(message)
         self.key = key
         self.problems = problems or [message]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (what a one-line error shows of it)."""
+    return (str(exc).strip().splitlines() or [""])[0]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.config.errors import ConfigError, first_line
 from zebractl.evaluate import tasks as T
 
 DEFAULT_MAX_LENGTH = 2048
@@ -80,7 +80,7 @@ def _tokenizer(folder: Path, what: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:  # noqa: BLE001 - a folder without a usable tokenizer is a usage error
-        first = (str(exc).strip().splitlines() or [""])[0]
+        first = first_line(exc)
         raise ConfigError(
             f"{folder}: no tokenizer for {what} ({type(exc).__name__}: {first})"
         ) from None
@@ -117,7 +117,7 @@ def open_model(
         try:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dt).eval()
         except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load
-            first = (str(exc).strip().splitlines() or [""])[0]
+            first = first_line(exc)
             raise ConfigError(
                 f"{path}: transformers cannot load this folder as a causal LM "
                 f"({type(exc).__name__}: {first}); check config.json and the safetensors, or "

@@ -24,45 +24,47 @@ class Check:
     detail: str
 
 
-def _engine(cfg: Any, cuda: bool) -> list[Check]:
+def _engine(cfg: Any, cuda: bool) -> Check:
     import torch
 
     from zebractl.train.engine import check_engine
 
+    world = cfg.parallelism.num_gpus
     if cuda:
         try:
-            check_engine(cfg, torch.device("cuda", 0), cfg.parallelism.num_gpus)
+            check_engine(cfg, torch.device("cuda", 0), world)
         except ConfigError as exc:
-            return [Check("engine", "failed", str(exc))]
-        return [Check("engine", "ok", f"{cfg.optimizer.impl} on CUDA")]
-    out = []
+            return Check("engine", "failed", str(exc))
+        return Check("engine", "ok", f"{cfg.optimizer.impl} on CUDA")
     k = cfg.kernels
-    cuda_only = []
-    if cfg.optimizer.impl == "megatron":
-        cuda_only.append("optimizer.impl megatron")
-    if k.cuda_graph:
-        cuda_only.append("kernels.cuda_graph")
-    if k.fp8_mlp != "off":
-        cuda_only.append(f"kernels.fp8_mlp {k.fp8_mlp}")
-    # the rest of the engine's rules, with the CUDA-only parts set aside
+    cuda_only = [
+        what
+        for what, on in (
+            ("optimizer.impl megatron", cfg.optimizer.impl == "megatron"),
+            ("kernels.cuda_graph", k.cuda_graph),
+            (f"kernels.fp8_mlp {k.fp8_mlp}", k.fp8_mlp != "off"),
+        )
+        if on
+    ]
+    # the engine's other rules, checked here with the CUDA-only settings set aside (the megatron
+    # engine's own options, valid with it, go with it)
     rest = cfg.model_copy(
         update={"kernels": k.model_copy(update={"cuda_graph": False, "fp8_mlp": "off"})}
     )
     if cfg.optimizer.impl == "megatron":
-        if cfg.precision == "fp16":
-            return [Check("engine", "failed", "precision fp16 needs loss scaling; use bf16")]
-    else:
-        try:
-            check_engine(rest, torch.device("cpu"), cfg.parallelism.num_gpus)
-        except ConfigError as exc:
-            return [Check("engine", "failed", str(exc))]
-    if cuda_only:
-        out.append(
-            Check("engine", "not checked", f"{', '.join(cuda_only)}: CUDA only, no GPU here")
+        rest = rest.model_copy(
+            update={
+                "optimizer": cfg.optimizer.model_copy(update={"impl": "torch_fused"}),
+                "parallelism": cfg.parallelism.model_copy(update={"distributed_optimizer": False}),
+            }
         )
-    else:
-        out.append(Check("engine", "ok", f"{cfg.optimizer.impl}, runs on this machine"))
-    return out
+    try:
+        check_engine(rest, torch.device("cpu"), world)
+    except ConfigError as exc:
+        return Check("engine", "failed", str(exc))
+    if cuda_only:
+        return Check("engine", "not checked", f"{', '.join(cuda_only)}: CUDA only, no GPU here")
+    return Check("engine", "ok", f"{cfg.optimizer.impl}, runs on this machine")
 
 
 def _gpus(cfg: Any, cuda: bool) -> Check:
@@ -144,7 +146,7 @@ def preflight(cfg: Any) -> list[Check]:
     cuda = torch.cuda.is_available()
     return [
         Check("config", "ok", "resolved and validated"),
-        *_engine(cfg, cuda),
+        _engine(cfg, cuda),
         _gpus(cfg, cuda),
         _data(cfg),
         _memory(cfg, cuda),

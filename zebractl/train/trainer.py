@@ -200,11 +200,13 @@ class Trainer:
             except Exception:  # noqa: BLE001 - an unreadable record is reported below
                 before = self.record.reference
             if before != self.record.reference:
-                what = {None: "zebractl's model"}
+
+                def what(ref: str | None) -> str:
+                    return "zebractl's model" if ref is None else f"the {ref} reference"
+
                 raise ConfigError(
-                    f"{self.run.root} holds a run of {what.get(before, f'the {before} reference')}"
-                    f"; this one trains {what.get(self.record.reference, 'the ' + str(self.record.reference) + ' reference')}"
-                    ": choose another --output"
+                    f"{self.run.root} holds a run of {what(before)}; this one trains "
+                    f"{what(self.record.reference)}: choose another --output"
                 )
         if self.rank == 0:
             self.run.create()
