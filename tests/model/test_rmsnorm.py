@@ -3,9 +3,12 @@
 CPU: the Triton kernel runs in Triton's interpreter (``TRITON_INTERPRET=1``, in a subprocess: the
 variable must be set before the kernel is defined) on fresh random inputs, against an fp64
 reference computed from the same (already rounded) inputs. Tolerances (relative L2): fp32 outputs
-1e-6 (fp32 arithmetic over rows of up to 1024); bf16 outputs 4e-3 (one rounding to bf16, unit
-roundoff 2^-9 = 2e-3 per element). GPU: the whole function against FLA's ``rms_norm`` on the same
-inputs, forward bitwise (it is FLA's forward) and gradients within 1e-5 (fp32 outputs).
+1e-6 (fp32 arithmetic over rows of up to 1024); bf16 outputs 4e-3 (one rounding to bf16: Triton
+3.6's interpreter truncates fp32 -> bf16 whatever ``fp_downcast_rounding`` says, 3.3e-3 on Gaussian
+data, where round-to-nearest-even gives 1.6e-3). GPU: the whole function and FLA's ``rms_norm`` on
+the same inputs, forward bitwise equal, and each side's gradients against an fp64 reference: fp32
+outputs within 1e-5, bf16 outputs within 2.5e-3 (nearest-even rounding); FLA's fp32 residual
+gradient is bf16-valued (see the GPU test) and is held to 2.5e-3.
 """
 
 from __future__ import annotations
@@ -77,37 +80,85 @@ def test_backward_kernel_in_the_interpreter_against_fp64():
             assert row["dres_in"] <= (1e-6 if rd == "torch.float32" else 4e-3), (seed, row)
 
 
+def _fp64_reference(s, w, dy, dres, eps):
+    """(d s, d w) of ``y = RMSNorm(s) * w`` in fp64 from the already rounded inputs; ``d s``
+    includes ``dres``, the gradient arriving at ``s`` itself (prenorm)."""
+    sr = s.double().requires_grad_()
+    wr = w.detach().double().requires_grad_()
+    y = sr * torch.rsqrt(sr.pow(2).mean(-1, keepdim=True) + eps) * wr
+    y.backward(dy.double())
+    return sr.grad + (dres.double() if dres is not None else 0), wr.grad
+
+
+# On the GPU, fp32 -> bf16 casts round to nearest even: one rounding of these Gaussian-like
+# gradients is 1.6e-3 relative L2 (truncation, which Triton's interpreter does, is 3.3e-3).
+GPU_BF16_TOL = 2.5e-3
+# fp32 arithmetic over rows of 1024 (the interpreter measures ~1e-7 at this shape; the GPU's
+# reduction order differs)
+GPU_FP32_TOL = 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("prenorm", [False, True])
-def test_gpu_matches_flas_rms_norm(prenorm):
+def test_gpu_matches_flas_rms_norm(prenorm, _seeded):
+    """Ours and FLA's ``rms_norm`` on the same inputs, both against fp64. ``prenorm=True`` is the
+    pre-norm block's call: a bf16 ``x`` plus an fp32 residual, the fp32 sum returned and its
+    gradient arriving (``dr``), so the residual gradient is fp32 while ``dx`` is bf16.
+
+    FLA 0.6.0's row backward (``layer_norm_bwd_kernel_row``, used for rows wider than 512) casts
+    ``dx`` to dx's dtype *before* storing the residual gradient (fla/modules/norm/layernorm.py,
+    ``b_dx = tl.cast(b_dx, dtype=dx.dtype.element_ty, ...)`` then ``tl.store(dres_in ...)``): its
+    fp32 residual gradient is bf16-valued, 1.6e-3 off. Ours keeps it fp32. FLA's side is checked
+    against what it is (bf16 accuracy there), ours against fp32 accuracy everywhere."""
     from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
 
     from zebractl.model.ops.rmsnorm import rms_norm
 
-    t, d = 4096 + 7, 1024
+    eps = 1e-6
+    t, d = 4096 + 7, 1024  # a ragged last tile (ours: 4 rows per program)
     x = torch.randn(t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     res = torch.randn(t, d, device="cuda", dtype=torch.float32, requires_grad=True)
     w = torch.randn(d, device="cuda", requires_grad=True)
     dy = torch.randn(t, d, device="cuda", dtype=torch.bfloat16)
     dr = torch.randn(t, d, device="cuda", dtype=torch.float32)
-    grads = []
-    for fn in (fla_rms_norm, None):
+    # the forward's sum: one fp32 rounding of bf16 + fp32, as the kernel does it
+    s = (x.detach().float() + res.detach()) if prenorm else x.detach()
+    ref_ds, ref_dw = _fp64_reference(s, w, dy, dr if prenorm else None, eps)
+
+    def run(impl):
         for p in (x, res, w):
             p.grad = None
-        if fn is None:
-            out = rms_norm(x, w, 1e-6, residual=res if prenorm else None, prenorm=prenorm)
+        if impl == "ours":
+            out = rms_norm(x, w, eps, residual=res if prenorm else None, prenorm=prenorm)
         else:
-            out = fn(x, w, None, residual=res if prenorm else None, eps=1e-6, prenorm=prenorm)
+            out = fla_rms_norm(
+                x, w, None, residual=res if prenorm else None, eps=eps, prenorm=prenorm
+            )
         if prenorm:
             torch.autograd.backward(out, (dy, dr))
-            grads.append((out[0].detach(), x.grad, res.grad, w.grad))
-        else:
-            out.backward(dy)
-            grads.append((out.detach(), x.grad, w.grad))
-    (fy, *fg), (oy, *og) = grads
+            assert out[1].dtype == torch.float32 and torch.equal(out[1], s), impl
+            return out[0].detach(), {"dx": x.grad, "d residual": res.grad, "dw": w.grad}
+        out.backward(dy)
+        return out.detach(), {"dx": x.grad, "dw": w.grad}
+
+    (fy, fg), (oy, og) = run("fla"), run("ours")
     assert torch.equal(fy, oy)  # the same forward kernel
-    for a, b in zip(fg, og, strict=True):
-        rel = ((a.double() - b.double()).norm() / a.double().norm()).item()
-        tol = 1e-5 if a.dtype == torch.float32 else 4e-3
-        assert rel <= tol, (a.dtype, rel)
+    refs = {"dx": ref_ds, "d residual": ref_ds, "dw": ref_dw}
+    err = {
+        (impl, k): ((g.double() - refs[k]).norm() / refs[k].norm()).item()
+        for impl, grads in (("fla", fg), ("ours", og))
+        for k, g in grads.items()
+    }
+    table = f"seed {_seeded}, rel L2 error against fp64: " + ", ".join(
+        f"{impl} {k} ({(fg if impl == 'fla' else og)[k].dtype}) {e:.2e}"
+        for (impl, k), e in err.items()
+    )
+    print(table)
+    for (impl, k), e in err.items():
+        g = (fg if impl == "fla" else og)[k]
+        bf16_valued = g.dtype == torch.bfloat16 or (impl == "fla" and k == "d residual")
+        assert e <= (GPU_BF16_TOL if bf16_valued else GPU_FP32_TOL), (impl, k, table)
+    assert og["dx"].dtype == torch.bfloat16 and og["dw"].dtype == torch.float32
+    if prenorm:
+        assert og["d residual"].dtype == torch.float32

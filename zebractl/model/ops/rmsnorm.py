@@ -7,7 +7,10 @@ worth of memory traffic (benchmarks/README.md, fourth session's profile). Ours g
 one tile of ``BT`` rows (thousands of programs, no loop) and writes each tile's fp32 weight-gradient
 row, summed afterwards (32 MB of partials for 32,768 rows of 1024). The arithmetic is FLA's: fp32
 throughout, ``x_hat = x * rstd``, ``dx = (w * dy - x_hat * mean(x_hat * w * dy)) * rstd
-(+ d residual)``, one rounding to each output's dtype (round to nearest even).
+(+ d residual)``, one rounding to each output's dtype (round to nearest even). One difference:
+FLA's row kernel rounds ``dx`` to dx's dtype before storing the residual's gradient, so with a bf16
+``x`` and an fp32 residual its fp32 residual gradient is bf16-valued (1.6e-3 relative); ours rounds
+each output once from the fp32 value (tests/model/test_rmsnorm.py checks both against fp64).
 
 The forward is FLA's ``layer_norm_fwd`` unchanged (one program per row: not latency-bound); with a
 residual it stores the sum (in the residual's dtype) that the next block adds to and this backward
