@@ -12,3 +12,8 @@ _warnings.filterwarnings(
 _warnings.filterwarnings(
     "ignore", message=".*custom_layers.transformer_engine.*", category=DeprecationWarning
 )
+# FLA announces on a machine without a GPU that it runs its kernels' PyTorch fallbacks: that is
+# what zebractl chose (its own torch ops on CPU), not news to the user.
+_warnings.filterwarnings(
+    "ignore", message="Triton is not supported on current platform", category=UserWarning
+)

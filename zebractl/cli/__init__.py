@@ -13,6 +13,7 @@ from zebractl.cli import catalog as _catalog
 from zebractl.cli import compare as _compare
 from zebractl.cli import config as _config
 from zebractl.cli import convert as _convert
+from zebractl.cli import doctor as _doctor
 from zebractl.cli import eval as _eval
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
@@ -67,3 +68,4 @@ app.command("verify", epilog=EPILOG)(_convert.verify)
 app.command("eval", epilog=EPILOG)(_eval.eval_)
 app.add_typer(_schema.app, name="schema")
 app.command("compare", epilog=EPILOG)(_compare.compare)
+app.command("doctor", epilog=EPILOG)(_doctor.doctor)

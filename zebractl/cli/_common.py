@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from zebractl.config.errors import ConfigError, first_line
+from zebractl.deps import missing_hint
 
 if TYPE_CHECKING:  # pydantic is imported only by commands that print a report
     from zebractl.schemas.reports import Report
@@ -67,6 +68,17 @@ def guarded(fn: F) -> F:
             if str(exc):
                 err(f"check failed: {exc}")
             raise typer.Exit(EXIT_CHECK) from None
+        except ModuleNotFoundError as exc:
+            hint = missing_hint(exc)  # None for zebractl's own module: a bug, not an install
+            if state.verbose:
+                raise
+            if hint is None:
+                err(
+                    f"error: ModuleNotFoundError: {first_line(exc)} (run `zebractl -v ...` for the traceback)"
+                )
+                raise typer.Exit(EXIT_FAILURE) from None
+            err(f"error: {hint}")
+            raise typer.Exit(EXIT_USAGE) from None
         except KeyboardInterrupt:
             err("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -81,24 +93,6 @@ def guarded(fn: F) -> F:
             raise typer.Exit(EXIT_FAILURE) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def require(modules: tuple[str, ...], extra: str, what: str) -> None:
-    """Fail with an install hint (exit 2) when an optional runtime dependency is missing."""
-    import importlib.util
-
-    def absent(name: str) -> bool:
-        try:
-            return importlib.util.find_spec(name) is None
-        except ModuleNotFoundError:  # a dotted name whose parent package is missing
-            return True
-
-    missing = [m for m in modules if absent(m)]
-    if missing:
-        raise ConfigError(
-            f"{what} needs {', '.join(missing)}: pip install 'zebractl[{extra}]' "
-            "(on a CPU-only machine add -c constraints/cpu.txt)"
-        )
 
 
 def emit_json(report: Report) -> None:

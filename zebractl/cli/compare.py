@@ -12,9 +12,9 @@ from zebractl.cli._common import (
     emit_json,
     err,
     guarded,
-    require,
     stdout_to_stderr,
 )
+from zebractl.deps import require
 
 
 @guarded
@@ -50,7 +50,7 @@ def compare(
     """
     from zebractl.config.errors import ConfigError
 
-    require(("matplotlib",), "report", "`zebractl compare` (its plots)")
+    require("compare")
     from zebractl.compare import render
     from zebractl.compare import report as rep
 
@@ -60,7 +60,7 @@ def compare(
     say = err if json_out else print
     with stdout_to_stderr(json_out):
         if fla:
-            require(("torch", "megatron.core", "fla"), "train", "`zebractl compare --fla`")
+            require("compare --fla")
             run_b = rep.fla_reference(run_a, console=say)
         data = rep.compare(run_a, run_b, force=force)
     from zebractl.schemas.reports import CompareReport
@@ -94,11 +94,25 @@ def compare(
             + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
             + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
         )
-        print(f"wrote {folder / 'compare.md'}")
     failed = [c for c in report.checks if not c.ok]
+    if not json_out:  # the last two lines: the verdict, then the report (what the main job ends on)
+        print(verdict(report.checks, asserted=assert_))
+        print(f"report: {folder / 'compare.md'}")
     if assert_ and failed:
         err(
             "compare: outside tolerance: "
             + "; ".join(f"{c.what} {c.value:.6g} > {c.tolerance:.6g}" for c in failed)
         )
         raise typer.Exit(EXIT_CHECK)
+
+
+def verdict(checks, *, asserted: bool) -> str:  # noqa: ANN001 - CompareCheck rows
+    """One line: PASS or FAIL and each tolerance checked (``value <= bound``)."""
+    parts = "; ".join(
+        f"{c.what} {c.value:.3g} {'<=' if c.ok else '>'} {c.tolerance:.3g}" for c in checks
+    )
+    if not checks:
+        return "parity: nothing to check (no common iteration)"
+    if all(c.ok for c in checks):
+        return f"parity: PASS ({parts})"
+    return f"parity: FAIL ({parts})" + ("" if asserted else "; --assert makes this exit 3")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import EXIT_CHECK, JSON_HELP, emit_json, err, guarded, require
+from zebractl.cli._common import EXIT_CHECK, JSON_HELP, emit_json, err, guarded
+from zebractl.deps import require
 
 
 @guarded
@@ -50,11 +51,7 @@ def convert(
         raise ConfigError(f"--to {to}: expected hf or megatron")
     if fmt not in ("auto", "fla", "zebra"):
         raise ConfigError(f"--format {fmt}: expected auto, fla or zebra")
-    require(
-        ("torch", "megatron.core", "fla", "transformers", "safetensors"),
-        "test",
-        "`zebractl convert`",
-    )
+    require("convert")
     from zebractl.convert.hf import export_hf, import_hf
 
     say = err if json_out else print
@@ -134,11 +131,7 @@ def verify(
 
     Exit 3 naming the first tier that fails.
     """
-    require(
-        ("torch", "megatron.core", "fla", "transformers", "safetensors"),
-        "test",
-        "`zebractl verify`",
-    )
+    require("verify")
     from zebractl.convert.verify import verify as run
 
     say = err if json_out else print

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, emit_json, err, guarded, require, stdout_to_stderr
+from zebractl.cli._common import JSON_HELP, emit_json, err, guarded, stdout_to_stderr
+from zebractl.deps import require
 
 
 @guarded
@@ -63,7 +64,7 @@ def eval_(
     """
     import sys
 
-    require(("torch", "transformers", "lm_eval", "datasets"), "eval", "`zebractl eval`")
+    require("eval")
     from zebractl.evaluate import harness
 
     if not sys.stderr.isatty():

@@ -9,7 +9,8 @@ from typing import Any
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, CheckFailed, emit_json, err, guarded, require
+from zebractl.cli._common import JSON_HELP, CheckFailed, emit_json, err, guarded
+from zebractl.deps import require
 
 
 @guarded
@@ -67,7 +68,7 @@ def prepare(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Tokenize corpora into megatron .bin/.idx datasets with a manifest (resumable)."""
-    require(("numpy", "megatron.core", "tokenizers"), "data", "`zebractl prepare`")
+    require("prepare")
     if verify is not None:
         _verify(verify, json_out)
         return

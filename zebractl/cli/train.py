@@ -15,9 +15,9 @@ from zebractl.cli._common import (
     emit_json,
     err,
     guarded,
-    require,
     stdout_to_stderr,
 )
+from zebractl.deps import require
 
 STOP_HINT = {
     130: "interrupted (SIGINT)",
@@ -67,7 +67,7 @@ def train(
     SIGINT, SIGTERM and SIGUSR1 finish the current step, save a checkpoint holding it and exit
     130 / 143 / 138; rerunning the same command resumes.
     """
-    require(("torch", "numpy", "megatron.core", "fla"), "train", "`zebractl train`")
+    require("train")
     if check:
         _check(recipe, list(set_), json_out)
         return

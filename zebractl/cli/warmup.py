@@ -14,9 +14,9 @@ from zebractl.cli._common import (
     emit_json,
     err,
     guarded,
-    require,
     stdout_to_stderr,
 )
+from zebractl.deps import require
 
 
 @guarded
@@ -47,7 +47,7 @@ def warmup(
     moves it; TRITON_CACHE_DIR / TILELANG_CACHE_DIR, when set, are used instead). `zebractl train`
     reads the same cache. Needs a CUDA GPU (exit 2 without one).
     """
-    require(("torch", "megatron.core", "fla"), "train", "`zebractl warmup`")
+    require("warmup")
     from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
     from zebractl.train.warmup import warmup as run

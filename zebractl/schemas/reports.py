@@ -982,6 +982,50 @@ class TrainCheckReport(Report):
     """Every check, in order."""
 
 
+# ---- zebractl doctor -------------------------------------------------------------------------------
+
+
+class DoctorModule(StrictModel):
+    """One module a command imports at run time, imported for real."""
+
+    module: str
+    """The module, e.g. ``fla.models`` or ``zebractl.convert.hf``."""
+    ok: bool
+    """It imported."""
+    error: str | None = None
+    """The import's error in one line (``ModuleNotFoundError: No module named 'triton'``)."""
+    install: str | None = None
+    """The fix: the pip command of the extra that provides the missing module."""
+
+
+class DoctorCommand(StrictModel):
+    """Whether one command can run here."""
+
+    command: str
+    """The command (``compare --fla``: compare's reference training)."""
+    ok: bool
+    """Every module it needs imported."""
+    extra: str
+    """The extra that installs everything this command imports."""
+    modules: list[DoctorModule]
+    """Each module, in import order."""
+
+
+class DoctorReport(Report):
+    """``zebractl doctor --json``: what each command needs, imported for real, and the stack."""
+
+    command: ClassVar[str] = "doctor"
+
+    ok: bool
+    """Every command asked about can run."""
+    commands: list[DoctorCommand]
+    """Each command asked about."""
+    versions: dict[str, str | None]
+    """Installed version of each package zebractl's runtime uses (None: not installed)."""
+    cuda: str | None
+    """The CUDA device torch sees (name), or None (no torch, no GPU)."""
+
+
 REPORTS: tuple[type[Report], ...] = (
     PlanReport,
     ConfigShowReport,
@@ -998,5 +1042,6 @@ REPORTS: tuple[type[Report], ...] = (
     EvalReport,
     CompareReport,
     TrainCheckReport,
+    DoctorReport,
 )
 """Every --json document, one per command; each has a JSON Schema in schemas/reports/."""
