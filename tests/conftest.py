@@ -252,3 +252,40 @@ class FastRun:
 def fast(demo_data) -> FastRun:
     """Fast tiny runs on the demo corpus."""
     return FastRun(demo_data)
+
+
+# ---- GPU sessions
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_kernel_cache(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
+    """A session that runs GPU tests gets the kernel cache a ``zebractl train`` process sets up
+    (``zebractl.runtime.kernel_cache.configure``: Triton's and TileLang's disk caches, the shipped
+    tuned configurations seeded), in a folder of its own under the session's temporary directory
+    (``ZEBRACTL_CACHE_DIR`` names another); variables already set (benchmarks/device/check.sh
+    exports them) are left alone. Without it the in-process Trainers of the GPU tests autotune
+    every FLA kernel even at the shipped shapes (kda_300M's first step on an H200: 215 s, against
+    81 s seeded). A session without GPU tests, or without CUDA, changes nothing."""
+    if importlib.util.find_spec("torch") is None or not any(
+        item.get_closest_marker("gpu") for item in request.session.items
+    ):
+        yield
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    from zebractl.runtime import kernel_cache
+
+    env = dict(os.environ)
+    env.setdefault(kernel_cache.CACHE_ENV, str(tmp_path_factory.mktemp("kernel-cache")))
+    cache = kernel_cache.configure(env)
+    if cache is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "TRITON_CACHE_AUTOTUNING"):
+            mp.setenv(var, env[var])
+        print(f"\n{cache.describe()}")
+        yield
