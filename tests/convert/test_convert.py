@@ -274,11 +274,17 @@ read), and FLA's kernels are what the shipped models run at these sizes."""
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
     """The GPU tier: a bf16 export, our model and its class (FLA's, or ZebraForCausalLM for the
-    hybrid and Mamba2) on their CUDA kernels (tolerance 2e-2 relative on the logits)."""
+    hybrid and Mamba2) on their CUDA kernels (tolerance 2e-2 relative on the logits).
+
+    The run that provides the weights trains on PyTorch's ops (``kernels.backend=torch``): what
+    is tested is the export and the two models' forwards on FLA's kernels (verify builds ours with
+    the FLA backend on CUDA, whatever the run trained with), not the training; training on FLA
+    compiled and autotuned every forward and backward kernel at these tiny shapes (none is in the
+    shipped tuned set), plus a TileLang nvcc build (~30 s) for KDA's backward, for each model."""
     from zebractl.convert.hf import export_hf
     from zebractl.convert.verify import verify
 
-    run = trained(recipe, *GPU_HEADS[recipe])
+    run = trained(recipe, *GPU_HEADS[recipe], "kernels.backend=torch")
     export_hf(run, tmp_path / "hf", dtype="bf16", console=lambda s: None)
     _, tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None)
     print({t.name: (t.status, t.detail) for t in tiers})
