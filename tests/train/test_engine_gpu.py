@@ -2,7 +2,7 @@
 
 megatron-core's optimizer is CUDA-only, so these run on the GPU machine (`pytest -m gpu`); the pure
 PyTorch kernels keep them free of Triton autotuning. ``ZEBRACTL_TEST_DATA`` may name a prepared
-dataset (tests/train/conftest.py); otherwise the demo corpus is prepared as in the CPU tests.
+dataset (tests/conftest.py, ``demo_data``); otherwise the demo corpus is prepared as in the CPU tests.
 """
 
 from __future__ import annotations
@@ -158,6 +158,22 @@ def test_optimizer_groups_single_dtype_and_fused_adamw(demo_data, process_group)
             assert g["fused"] is True
             kinds = {model_dtype.get(id(p), torch.float32) for p in g["params"]}
             assert len(kinds) <= 1, kinds
+    # the fp32 parameters' shards that AdamW steps are views of the parameters (non-leaf: megatron
+    # reads their .grad in zero_grad, the warning pyproject.toml filters), and megatron's step
+    # gives each its gradient itself: the updates reach the parameters
+    fp32 = [
+        (model, shard)
+        for part in parts
+        for models, shards in zip(part.model_fp32_groups, part.shard_fp32_groups, strict=True)
+        for model, shard in zip(models, shards, strict=True)
+    ]
+    assert fp32  # A_log and dt_bias stay fp32
+    for model, shard in fp32:
+        start, size = model.data_ptr(), model.numel() * model.element_size()
+        assert not shard.is_leaf and start <= shard.data_ptr() < start + size
+    for part in parts:
+        part._copy_model_grads_to_main_grads()  # what step() does before AdamW runs
+    assert all(shard.grad is not None and shard.grad.dtype == torch.float32 for _, shard in fp32)
 
 
 def test_init_from_refreshes_the_fp32_main_params(demo_data, tmp_path):
