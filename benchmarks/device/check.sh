@@ -32,7 +32,7 @@
 #     tests ~= 390 s  pytest -m gpu tests/model tests/convert tests/train (cap: the rest of the
 #                     budget; stopped with SIGTERM -> KeyboardInterrupt, so the junit XML of the
 #                     tests that ran is still written). ~529 s cold on the last fresh machine: it
-#                     is the phase the budget cuts unless it gets faster (or CHECK_XDIST=2)
+#                     is the phase the budget cuts unless it gets faster (two xdist workers by default)
 #     parity ~= 180 s train kda_300M micro 16 / global 64, 30 iterations (cap 180), then
 #                     zebractl compare RUN --fla --assert --json (cap 200; trains FLA's class)
 #     eval   ~=  60 s after parity: zebractl eval PARITY_RUN --tasks arc_easy --limit 100 (cap 150)
@@ -44,8 +44,8 @@
 #                                    fails does not stop the others
 #   CHECK_BUDGET=720      overall seconds (0: no overall deadline, the caps alone)
 #   CHECK_CAP_SCALE=1     multiply every cap (a slower GPU, locally)
-#   CHECK_XDIST=          N: pytest -n N --dist loadfile (off by default: not yet run on the GPU;
-#                         reading the tests found no shared paths or ports, see README.md)
+#   CHECK_XDIST=2         pytest -n N --dist load (0 or empty: one process). Two workers (loadfile)
+#                         ran 18 of the 19 GPU tests on the H200 on 2026-12-02, none failing
 #   CHECK_DRY_RUN=1       setup runs; every GPU command is written to its log instead of run
 #   CHECK_FORCE=1         run the GPU phases even where no CUDA GPU was found
 #   CHECK_PYTHON=python3  the interpreter (local mode: e.g. .venv/bin/python)
@@ -215,7 +215,9 @@ phase_tests() {
   local t0; t0=$(now); local fails=() rc xd=() extra=()
   need_gpu tests "$t0" || return 0
   eval "extra=(${CHECK_PYTEST_ARGS:-})"  # shell words: CHECK_PYTEST_ARGS="-k 'lm_head or fp8'"
-  case ${CHECK_XDIST:-} in ''|0|off|no) ;; *) xd=(-n "$CHECK_XDIST" --dist loadfile) ;; esac
+  # --dist load, not loadfile: each GPU test of tests/convert trains its own tiny preset, and under
+  # loadfile the four ran one after another on one worker (364 s of the second H200 check's 359 s)
+  case $CHECK_XDIST in ''|0|off|no) ;; *) xd=(-n "$CHECK_XDIST" --dist load) ;; esac
   rm -rf /tmp/zpt
   MERGE=1 gpu_step tests tests 900 TERM "$PY" -c "$PYTEST_MAIN" -m gpu tests/model tests/convert \
     tests/train -p no:cacheprovider -p no:benchmark --basetemp=/tmp/zpt -rA -v --junitxml="$JOB/junit.xml" \
@@ -268,7 +270,11 @@ phase_eval() {
 
 source_info() {  # source_info TREE
   local commit dirty="" fp
-  if commit=$(git -C "$1" rev-parse --short HEAD 2>/dev/null); then
+  if [ -n "${CHECK_COMMIT:-}" ]; then
+    # the device copy's .git (if any) is the session's starting checkout, not this tree: its
+    # status would list committed changes as dirty; the tree fingerprint identifies the tree
+    commit=$CHECK_COMMIT; : > "$JOB/dirty.txt"
+  elif commit=$(git -C "$1" rev-parse --short HEAD 2>/dev/null); then
     git -C "$1" status --porcelain 2>/dev/null > "$JOB/dirty.txt"
     if [ -s "$JOB/dirty.txt" ]; then dirty=1; else dirty=0; fi
   else
@@ -294,7 +300,8 @@ begin() {  # begin MODE: the job folder, meta.env, env.sh
   FLA_VARIANTS=${CHECK_FLA_VARIANTS:-fla_shipped fla_tuned}
   EVAL_TASK=${CHECK_EVAL_TASK:-arc_easy}; EVAL_LIMIT=${CHECK_EVAL_LIMIT:-100}
   meta MODE "$1"; meta DATE "$(date -u +%Y-%m-%dT%H:%M:%SZ)"; meta T0 "$T0"; meta BUDGET "$BUDGET"
-  meta PHASES "$PHASES"; meta XDIST "${CHECK_XDIST:-}"; meta DRY_RUN "$DRY"
+  CHECK_XDIST=${CHECK_XDIST-2}  # unset: two workers; set and empty: one process
+  meta PHASES "$PHASES"; meta XDIST "$CHECK_XDIST"; meta DRY_RUN "$DRY"
   meta FLA_VARIANTS "$FLA_VARIANTS"; meta EVAL_TASK "$EVAL_TASK"; meta EVAL_LIMIT "$EVAL_LIMIT"
   meta HOST "$(hostname 2>/dev/null)"
   progress "check $1: phases $PHASES, budget ${BUDGET} s, job $JOB"
