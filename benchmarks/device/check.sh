@@ -52,7 +52,10 @@
 #   CHECK_DATA=DIR        local mode: a prepared dataset (default gpu_data/ or data/demo/)
 #   CHECK_CACHE_DIR=DIR   reuse this ZEBRACTL_CACHE_DIR instead of a fresh one (not wiped)
 #   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
-#   CHECK_PERF_MICRO=64   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100
+#   CHECK_PERF_MICRO=64   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
+#   CHECK_EVAL_CAP=150    CHECK_EVAL_BATCH= (e.g. auto)   the seed suite once, on a warm machine:
+#     PHASES="parity eval" CHECK_EVAL_TASK=seed CHECK_EVAL_LIMIT=0 CHECK_EVAL_BATCH=auto \
+#     CHECK_EVAL_CAP=600 CHECK_BUDGET=0 bash benchmarks/device/check.sh start
 #   CHECK_PYTEST_ARGS=    extra pytest arguments, shell words (e.g. "-k 'lm_head or fp8'")
 #   CHECK_COMMIT=         the commit, where the tree has no .git (the record says so otherwise)
 #   CHECK_JOB=/tmp/zcheck the job folder (logs, runs, the record before it is copied)
@@ -260,8 +263,10 @@ phase_eval() {
     return 0
   fi
   ( export PYTHONPATH=$PYTHONPATH${EVAL_PATH:+:$EVAL_PATH}
-    gpu_step eval eval 150 TERM "$PY" -m zebractl eval "$run" --tasks "$EVAL_TASK" \
-      --limit "$EVAL_LIMIT" --device cuda --dtype bf16 --json )
+    lim=(); [ "$EVAL_LIMIT" = 0 ] || lim=(--limit "$EVAL_LIMIT")
+    bs=(); [ -z "${CHECK_EVAL_BATCH:-}" ] || bs=(--batch-size "$CHECK_EVAL_BATCH")
+    gpu_step eval eval "${CHECK_EVAL_CAP:-150}" TERM "$PY" -m zebractl eval "$run" --tasks "$EVAL_TASK" \
+      "${lim[@]}" ${bs[@]+"${bs[@]}"} --device cuda --dtype bf16 --json )
   rc=$?; [ $rc = 0 ] || fails+=("$(why eval $rc)")
   verdict eval "$t0"
 }
@@ -366,6 +371,7 @@ write_env() {  # everything the job (a fresh bash under setsid, or this one) nee
   for v in MODE REPO SRC JOB T0 BUDGET DEADLINE DRY PY PHASES PYTHONPATH ZEBRACTL_CACHE_DIR DATA \
       ZEBRACTL_TEST_DATA EVAL_OK EVAL_REASON EVAL_PATH EVAL_TASK EVAL_LIMIT GPU_OK GPU_REASON \
       SETUP_OK SETUP_REASON OUTDIR FLA_VARIANTS CHECK_FORCE CHECK_XDIST CHECK_CAP_SCALE \
+      CHECK_EVAL_CAP CHECK_EVAL_BATCH \
       CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO; do
     envvar "$v" "${!v:-}"
   done
