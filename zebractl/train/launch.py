@@ -7,6 +7,7 @@ launcher forwards SIGTERM/SIGUSR1 to its workers and waits for their saves.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import subprocess
@@ -188,19 +189,24 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
         console("launching: " + " ".join(cmd))
         return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
 
-    # the persistent kernel cache, before any kernel is compiled (each rank sets up its own; the
-    # launcher above never touches the GPU)
-    from zebractl.runtime import kernel_cache
+    # one writer per run directory: rank 0 locks it before the heavy imports, so a second train
+    # of the same directory fails at once (the trainer takes the lock again, re-entrantly)
+    from zebractl.run import lock
 
-    cache = kernel_cache.configure()
-    if cache is not None and rank == 0:
-        console(cache.describe())
+    with lock.hold(run.root, "train", console) if rank == 0 else contextlib.nullcontext():
+        # the persistent kernel cache, before any kernel is compiled (each rank sets up its own;
+        # the launcher above never touches the GPU)
+        from zebractl.runtime import kernel_cache
 
-    from zebractl.run.records import ResolvedConfigRecord
-    from zebractl.train.trainer import Trainer
+        cache = kernel_cache.configure()
+        if cache is not None and rank == 0:
+            console(cache.describe())
 
-    record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
-    result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
+        from zebractl.run.records import ResolvedConfigRecord
+        from zebractl.train.trainer import Trainer
+
+        record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
+        result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)
 
