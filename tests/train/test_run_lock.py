@@ -42,6 +42,21 @@ def test_a_second_train_of_a_directory_in_use_exits_2_within_2_s_naming_the_firs
     assert not (run / "metrics.jsonl").exists()
 
 
+def test_a_torchrun_launch_of_a_directory_in_use_exits_2_before_launching(fast, tmp_path):
+    """The launcher holds no lock (its rank 0 worker does) but refuses a directory in use."""
+    run = tmp_path / "run"
+    with lock.hold(run, "train", lambda s: None):
+        done = subprocess.run(
+            [sys.executable, "-m", "zebractl", "train", "tiny_kda", "--nproc", "2", "-o", str(run)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"PID {os.getpid()}" in done.stderr and "launching" not in done.stdout, done.stdout
+
+
 def test_a_stale_lock_of_a_dead_train_is_taken_over_with_a_note(cli, fast, tmp_path):
     run = tmp_path / "run"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

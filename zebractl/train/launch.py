@@ -184,15 +184,18 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
                 ) from None
             out.exit_code = done.returncode
         return out
+    from zebractl.run import lock
+
     if req.nproc is not None and req.nproc > 1 and world == 1:
+        # the rank 0 worker takes the run directory's lock; a directory in use fails here, at once
+        with lock.hold(run.root, "train", console):
+            pass
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))
         return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
 
     # one writer per run directory: rank 0 locks it before the heavy imports, so a second train
     # of the same directory fails at once (the trainer takes the lock again, re-entrantly)
-    from zebractl.run import lock
-
     with lock.hold(run.root, "train", console) if rank == 0 else contextlib.nullcontext():
         # the persistent kernel cache, before any kernel is compiled (each rank sets up its own;
         # the launcher above never touches the GPU)
