@@ -506,3 +506,40 @@ def test_bad_input_in_a_worker_process(cli, tmp_path, monkeypatch):
     assert r.exit_code == 2, r.output
     assert "b.jsonl:2: malformed JSON" in r.stderr
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_one_prepare_per_output_folder(cli, tmp_path):
+    """Issue 26: a second prepare of a folder in use exits 2 naming the first's PID; the lock is
+    released when the first ends, and prepare then works."""
+    import subprocess
+    import sys
+
+    from zebractl.run import lock
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS), encoding="utf-8")
+    out = tmp_path / "out"
+    args = ("prepare", str(src), "--tokenizer", GPT2, "--output", str(out), "--workers", "1")
+    hold = f"from zebractl.run import lock\nwith lock.hold({str(out)!r}, 'prepare'):\n"
+    hold += "    print('held', flush=True); sys.stdin.read()"
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys\n" + hold],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:  # (the lock is re-entrant in one process: the first prepare is another process)
+        assert first.stdout is not None and first.stdout.readline().strip() == "held"
+        r = cli(*args)
+        assert r.exit_code == 2, r.output
+        assert f"PID {first.pid}" in r.stderr and "zebractl prepare" in r.stderr, r.stderr
+        assert not (out / "manifest.json").exists()
+    finally:
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.close()
+        first.wait(timeout=30)
+        first.stdout.close()
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+    assert (out / "manifest.json").is_file() and lock.holder(out) is None
+    assert cli("prepare", "--verify", str(out)).exit_code == 0  # the lock file is no dataset file

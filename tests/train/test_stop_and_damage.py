@@ -295,3 +295,64 @@ def test_held_out_data_comes_from_prepare_or_split_never_both(cli, fast, tmp_pat
         str(tmp_path / "c"),
     )
     assert r.exit_code == 2 and "no held-out part" in r.stderr, r.output
+
+
+def _emptied(folder, keep=()):
+    """Remove every file of a checkpoint folder but ``keep`` (names), leaving the folder."""
+    for p in sorted(folder.rglob("*"), reverse=True):
+        if p.is_file() and p.name not in keep:
+            p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+
+
+@pytest.mark.parametrize("left", ["nothing", "everything but the marker", "only the marker"])
+def test_emptied_checkpoint_folders_are_named_and_refused_never_a_silent_restart(
+    cli, fast, tmp_path, left
+):
+    """Issue 26: with every checkpoint folder emptied (or half-emptied), rerunning the command
+    exits 2 naming each folder and how to start over on purpose; it never trains from 0."""
+    sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
+    fast.train("tiny_kda", tmp_path, *sets, stop_after=4)
+    folders = [c.folder for c in ckpt.complete(tmp_path / "checkpoints")]
+    assert [f.name for f in folders] == ["iter_0000002", "iter_0000004"]
+    rows = len(fast.rows(tmp_path))
+    for folder in folders:
+        if left == "nothing":
+            _emptied(folder)
+        elif left == "everything but the marker":
+            (folder / ckpt.MARKER).unlink()
+        else:
+            _emptied(folder, keep=(ckpt.MARKER,))
+        assert folder.is_dir()
+    r = cli("train", "tiny_kda", *fast.args(*sets), "--output", str(tmp_path))
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    err = r.stderr
+    for folder in folders:
+        assert f"{folder}: " in err, err
+    why = "is missing" if left == "only the marker" else f"no {ckpt.MARKER}"
+    assert err.count(why) >= 2, err
+    assert "checkpoint.resume=never" in err and "--output" in err, err
+    assert len(fast.rows(tmp_path)) == rows  # nothing trained
+    # starting over on purpose works, from iteration 0
+    r = cli(
+        "train",
+        "tiny_kda",
+        *fast.args(*sets, "checkpoint.resume=never"),
+        "--output",
+        str(tmp_path),
+    )
+    assert r.exit_code == 0, r.output
+    assert [c.iteration for c in ckpt.complete(tmp_path / "checkpoints")] == [2, 4, 6]
+
+
+def test_an_emptied_newest_checkpoint_is_named_and_skipped_for_an_intact_one(fast, tmp_path):
+    sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
+    fast.train("tiny_kda", tmp_path, *sets, stop_after=4)
+    newest = tmp_path / "checkpoints" / "iter_0000004"
+    _emptied(newest)
+    msgs: list[str] = []
+    res = fast.train("tiny_kda", tmp_path, *sets, console=msgs.append)
+    assert any(f"{newest} is damaged: no {ckpt.MARKER}" in m for m in msgs), msgs
+    assert res.resumed_from == 2

@@ -76,36 +76,39 @@ def prepare(
 
     if output is None:
         raise ConfigError("--output DIR is required (where the dataset is written)")
-    if demo:
-        if inputs or tokenizer:
-            raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
-        from zebractl.data import demo as demo_mod
+    from zebractl.run import lock
 
-        inputs = [str(p) for p in demo_mod.write_sources(output / "sources")]
-        tokenizer = str(demo_mod.tokenizer_dir())
-    if not inputs:
-        raise ConfigError("no INPUT given (files, folders or globs), or use --demo")
-    if not tokenizer:
-        raise ConfigError("--tokenizer is required (a local tokenizer file or folder)")
-    from zebractl.data.prepare import PrepareOptions
-    from zebractl.data.prepare import prepare as run
+    with lock.hold(output, "prepare", err):  # one writer per output folder (the demo's too)
+        if demo:
+            if inputs or tokenizer:
+                raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
+            from zebractl.data import demo as demo_mod
 
-    opts = PrepareOptions(
-        inputs=tuple(inputs),
-        tokenizer=tokenizer,
-        output=str(output),
-        text_key=text_key,
-        add_bos=fla_aligned if add_bos is None else add_bos,
-        add_eos=(not fla_aligned) if add_eos is None else add_eos,
-        fla_aligned=fla_aligned,
-        seq_length=seq_length,
-        valid_fraction=valid_fraction,
-        skip_bad=skip_bad,
-        shard_bytes=shard_size_mb * 2**20,
-    )
-    n = workers or os.cpu_count() or 1
-    with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
-        manifest = run(opts, workers=n, on_progress=on_progress)
+            inputs = [str(p) for p in demo_mod.write_sources(output / "sources")]
+            tokenizer = str(demo_mod.tokenizer_dir())
+        if not inputs:
+            raise ConfigError("no INPUT given (files, folders or globs), or use --demo")
+        if not tokenizer:
+            raise ConfigError("--tokenizer is required (a local tokenizer file or folder)")
+        from zebractl.data.prepare import PrepareOptions
+        from zebractl.data.prepare import prepare as run
+
+        opts = PrepareOptions(
+            inputs=tuple(inputs),
+            tokenizer=tokenizer,
+            output=str(output),
+            text_key=text_key,
+            add_bos=fla_aligned if add_bos is None else add_bos,
+            add_eos=(not fla_aligned) if add_eos is None else add_eos,
+            fla_aligned=fla_aligned,
+            seq_length=seq_length,
+            valid_fraction=valid_fraction,
+            skip_bad=skip_bad,
+            shard_bytes=shard_size_mb * 2**20,
+        )
+        n = workers or os.cpu_count() or 1
+        with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
+            manifest = run(opts, workers=n, on_progress=on_progress)
     if json_out:
         from zebractl.schemas.reports import PrepareReport
 

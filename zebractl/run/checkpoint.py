@@ -81,13 +81,16 @@ def read_marker(folder: Path) -> CheckpointMarker:
         raise DamagedCheckpoint(folder, f"{MARKER} is unreadable ({first})") from None
 
 
-def _candidates(root: Path) -> list[tuple[int, Path]]:
+def _candidates(root: Path, *, marked: bool = True) -> list[tuple[int, Path]]:
+    """(iteration, folder) of the ``iter_N`` folders under ``root``, oldest first: those with a
+    marker, or (``marked=False``) every one. A save completes under its ``iter_N.tmp`` name and is
+    renamed only once marked, so an ``iter_N`` folder without a marker lost it afterwards."""
     if not root.is_dir():
         return []
     found = []
     for p in root.iterdir():
         m = _NAME.match(p.name)
-        if m and p.is_dir() and (p / MARKER).exists():
+        if m and p.is_dir() and (not marked or (p / MARKER).exists()):
             found.append((int(m.group(1)), p))
     return sorted(found)
 
@@ -122,6 +125,13 @@ def verify(folder: Path, *, checksums: bool = True) -> Checkpoint:
     changed file, or a missing marker. Markers of format 1 have no file list; only megatron's
     metadata file is checked for them.
     """
+    if not (folder / MARKER).exists():  # renamed into place only once marked: emptied since
+        left = len(_files(folder))
+        raise DamagedCheckpoint(
+            folder,
+            f"no {MARKER} (its marker was removed after the save"
+            + (f"; {left} other file(s) left)" if left else "; the folder is empty)"),
+        )
     marker = read_marker(folder)
     if not (folder / _META).is_file():
         raise DamagedCheckpoint(folder, f"{_META} is missing")
@@ -650,7 +660,7 @@ def newest_intact(
     """
     failed = failed or {}
     damaged = [f"{checkpoint_dir(root, it)}: {why}" for it, why in sorted(failed.items())]
-    for it, folder in reversed(_candidates(root)):
+    for it, folder in reversed(_candidates(root, marked=False)):
         if it in failed:
             continue
         try:
@@ -666,7 +676,9 @@ def all_damaged(root: Path, damaged: list[str]) -> ConfigError:
     return ConfigError(
         f"every checkpoint in {root} is damaged ({len(damaged)}: "
         + "; ".join(damaged)
-        + "); move them away to start fresh, or restore one"
+        + "); this run made progress, so it does not start over by itself: restore a checkpoint, "
+        "or start over on purpose with --set checkpoint.resume=never (training from iteration 0 "
+        "into this directory) or a fresh --output"
     )
 
 
@@ -681,7 +693,7 @@ def find(source: Path) -> Checkpoint:
         except DamagedCheckpoint as exc:
             raise ConfigError(f"checkpoint {exc}") from None
     for root in (source, source / "checkpoints"):
-        found = _candidates(root)
+        found = _candidates(root, marked=False)
         for _, folder in reversed(found):
             try:
                 return verify(folder)

@@ -10,6 +10,7 @@
     RUN/reports/                    reports written by later commands (compare, ...)
     RUN/eval/                       evaluation results
     RUN/train.sbatch                the Slurm script of `zebractl train --slurm`
+    RUN/zebractl.lock               the lock of the one process writing RUN (zebractl.run.lock)
 
 ``checkpoint.dir`` may move the checkpoints elsewhere; nothing else moves.
 """

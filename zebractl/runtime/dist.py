@@ -6,8 +6,6 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-import torch
-
 
 def launched_world() -> tuple[int, int]:
     """(rank, world size) of this process as its launcher (torchrun, or the Slurm script, which
@@ -22,6 +20,7 @@ def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
     one-process group on an in-memory store (no ports), which is all a single-device run, a
     meta-device build or a test needs. CUDA tensors use NCCL, CPU tensors gloo.
     """
+    import torch  # here, not at the top: :func:`launched_world` must not import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
 

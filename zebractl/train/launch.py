@@ -7,6 +7,7 @@ launcher forwards SIGTERM/SIGUSR1 to its workers and waits for their saves.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import subprocess
@@ -183,24 +184,32 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
                 ) from None
             out.exit_code = done.returncode
         return out
+    from zebractl.run import lock
+
     if req.nproc is not None and req.nproc > 1 and world == 1:
+        # the rank 0 worker takes the run directory's lock; a directory in use fails here, at once
+        with lock.hold(run.root, "train", console):
+            pass
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))
         return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
 
-    # the persistent kernel cache, before any kernel is compiled (each rank sets up its own; the
-    # launcher above never touches the GPU)
-    from zebractl.runtime import kernel_cache
+    # one writer per run directory: rank 0 locks it before the heavy imports, so a second train
+    # of the same directory fails at once (the trainer takes the lock again, re-entrantly)
+    with lock.hold(run.root, "train", console) if rank == 0 else contextlib.nullcontext():
+        # the persistent kernel cache, before any kernel is compiled (each rank sets up its own;
+        # the launcher above never touches the GPU)
+        from zebractl.runtime import kernel_cache
 
-    cache = kernel_cache.configure()
-    if cache is not None and rank == 0:
-        console(cache.describe())
+        cache = kernel_cache.configure()
+        if cache is not None and rank == 0:
+            console(cache.describe())
 
-    from zebractl.run.records import ResolvedConfigRecord
-    from zebractl.train.trainer import Trainer
+        from zebractl.run.records import ResolvedConfigRecord
+        from zebractl.train.trainer import Trainer
 
-    record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
-    result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
+        record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
+        result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)
 

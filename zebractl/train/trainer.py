@@ -552,7 +552,14 @@ class Trainer:
     # ---- the loop ------------------------------------------------------------------------------
     def fit(self) -> RunResult:
         """Set up, train to the end (or a stop), validate and checkpoint; returns what happened."""
-        with self.flag:
+        from zebractl.run import lock
+        from zebractl.runtime.dist import launched_world
+
+        writer = launched_world()[0] == 0  # rank 0 holds the run directory's lock
+        held = (
+            lock.hold(self.run.root, "train", self._console) if writer else contextlib.nullcontext()
+        )
+        with held, self.flag:
             try:
                 self.setup()
                 return self._loop()
