@@ -76,6 +76,8 @@ def prepare(
 
     if output is None:
         raise ConfigError("--output DIR is required (where the dataset is written)")
+    if output.exists() and not output.is_dir():  # before the lock file is made inside it
+        raise ConfigError(f"--output {output}: exists and is not a folder; choose a new --output")
     from zebractl.run import lock
 
     with lock.hold(output, "prepare", err):  # one writer per output folder (the demo's too)
