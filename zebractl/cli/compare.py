@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,6 +16,9 @@ from zebractl.cli._common import (
     stdout_to_stderr,
 )
 from zebractl.deps import require
+
+if TYPE_CHECKING:  # pydantic stays off the import path of --help and completion
+    from zebractl.schemas.reports import CompareCheck
 
 
 @guarded
@@ -106,7 +110,7 @@ def compare(
         raise typer.Exit(EXIT_CHECK)
 
 
-def verdict(checks, *, asserted: bool) -> str:  # noqa: ANN001 - CompareCheck rows
+def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
     """One line: PASS or FAIL and each tolerance checked (``value <= bound``)."""
     parts = "; ".join(
         f"{c.what} {c.value:.3g} {'<=' if c.ok else '>'} {c.tolerance:.3g}" for c in checks

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from zebractl.cli._common import EXIT_CHECK, JSON_HELP, emit_json, err, guarded, state
+
+if TYPE_CHECKING:  # pydantic stays off the import path of --help and completion
+    from zebractl.schemas.reports import DoctorReport
 
 
 def _complete_command(incomplete: str) -> list[str]:
@@ -72,7 +77,7 @@ def _cuda() -> str | None:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
-def _print(report) -> None:  # noqa: ANN001 - a DoctorReport
+def _print(report: DoctorReport) -> None:
     for r in report.commands:
         bad = [m for m in r.modules if not m.ok]
         print(f"{r.command:<14} {'ok' if r.ok else 'MISSING'}")
