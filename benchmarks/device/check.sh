@@ -44,8 +44,9 @@
 #                                    fails does not stop the others
 #   CHECK_BUDGET=720      overall seconds (0: no overall deadline, the caps alone)
 #   CHECK_CAP_SCALE=1     multiply every cap (a slower GPU, locally)
-#   CHECK_XDIST=2         pytest -n N --dist load (0 or empty: one process). Two workers (loadfile)
-#                         ran 18 of the 19 GPU tests on the H200 on 2026-12-02, none failing
+#   CHECK_XDIST=3         pytest -n N --dist load (0 or empty: one process). Two workers (loadfile)
+#                         ran 18 of the 19 GPU tests on the H200 on 2026-12-02, none failing; the
+#                         slowest test alone took 217 s, so three share the rest
 #   CHECK_DRY_RUN=1       setup runs; every GPU command is written to its log instead of run
 #   CHECK_FORCE=1         run the GPU phases even where no CUDA GPU was found
 #   CHECK_PYTHON=python3  the interpreter (local mode: e.g. .venv/bin/python)
@@ -56,6 +57,8 @@
 #   CHECK_EVAL_CAP=150    CHECK_EVAL_BATCH= (e.g. auto)   the seed suite once, on a warm machine:
 #     PHASES="parity eval" CHECK_EVAL_TASK=seed CHECK_EVAL_LIMIT=0 CHECK_EVAL_BATCH=auto \
 #     CHECK_EVAL_CAP=600 CHECK_BUDGET=0 bash benchmarks/device/check.sh start
+#   or, right after a check on the same (still warm) machine, without training again:
+#     CHECK_JOB=/tmp/zseed CHECK_EVAL_RUN=/tmp/zcheck/runs/parity_kda_300M PHASES=eval ... start
 #   CHECK_PYTEST_ARGS=    extra pytest arguments, shell words (e.g. "-k 'lm_head or fp8'")
 #   CHECK_COMMIT=         the commit, where the tree has no .git (the record says so otherwise)
 #   CHECK_JOB=/tmp/zcheck the job folder (logs, runs, the record before it is copied)
@@ -305,7 +308,7 @@ begin() {  # begin MODE: the job folder, meta.env, env.sh
   FLA_VARIANTS=${CHECK_FLA_VARIANTS:-fla_shipped fla_tuned}
   EVAL_TASK=${CHECK_EVAL_TASK:-arc_easy}; EVAL_LIMIT=${CHECK_EVAL_LIMIT:-100}
   meta MODE "$1"; meta DATE "$(date -u +%Y-%m-%dT%H:%M:%SZ)"; meta T0 "$T0"; meta BUDGET "$BUDGET"
-  CHECK_XDIST=${CHECK_XDIST-2}  # unset: two workers; set and empty: one process
+  CHECK_XDIST=${CHECK_XDIST-3}  # unset: three workers; set and empty: one process
   meta PHASES "$PHASES"; meta XDIST "$CHECK_XDIST"; meta DRY_RUN "$DRY"
   meta FLA_VARIANTS "$FLA_VARIANTS"; meta EVAL_TASK "$EVAL_TASK"; meta EVAL_LIMIT "$EVAL_LIMIT"
   meta HOST "$(hostname 2>/dev/null)"
@@ -473,7 +476,7 @@ job() {
   finish
 }
 
-collect() {  # collect DEST [--partial]: the record and at most 7 more files into DEST
+collect() {  # collect DEST [--partial]: the record and at most 8 more files into DEST
   local dest=$1 partial=${2:-} rec size
   mkdir -p "$dest"
   rec=$("$PY" "$HERE/check_record.py" write "$JOB" "$dest" $partial 2> "$JOB/logs/record.log") \
@@ -483,6 +486,13 @@ collect() {  # collect DEST [--partial]: the record and at most 7 more files int
   [ -f "$JOB/junit.xml" ] && cp "$JOB/junit.xml" "$dest/junit.xml"
   local md; md=$(ls "$JOB"/runs/parity_*/reports/compare-*/compare.md 2>/dev/null | head -1)
   [ -n "$md" ] && cp "$md" "$dest/compare.md"
+  # every autotune winner the job's kernel cache holds, in the shipped archives' layout
+  # (<hash>/<kernel>.autotune.json): what a later session may add to zebractl/runtime/kernel_configs
+  local tdir; tdir=$("$PY" -c "import json; print(json.load(open('$JOB/kernel_cache.json')).get('triton') or '')" 2>/dev/null)
+  if [ -n "$tdir" ] && [ -d "$tdir" ]; then
+    ( cd "$tdir" && find . -mindepth 2 -maxdepth 2 -name '*.autotune.json' | sed 's|^\./||' | sort \
+        | tar cJf "$dest/autotune.tar.xz" -T - ) 2>/dev/null || rm -f "$dest/autotune.tar.xz"
+  fi
   tar czf "$dest/logs.tgz" -C "$JOB" --exclude=./zcache --exclude=./out --exclude='*/checkpoints' \
     --exclude='*.tfevents*' --exclude='*data_cache*' --exclude='*.pt' --exclude='*.safetensors' \
     --exclude='*.tar.xz' --exclude='trace.json*' . 2>/dev/null
