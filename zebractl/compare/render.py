@@ -119,14 +119,20 @@ def plots(r: Any, folder: Path) -> list[Path]:
 
 
 def write(r: Any, folder: Path) -> Any:
-    """Write every file; returns the report with ``files`` filled in."""
+    """Write every file; returns the report with ``files`` filled in.
+
+    Under the lock of the run directory holding ``folder`` (:func:`~zebractl.compare.report.lock_dir`;
+    re-entrant: ``zebractl compare`` holds it for the whole command already)."""
+    from zebractl.compare.report import lock_dir
+    from zebractl.run import lock
     from zebractl.run.rundir import write_text_atomic
 
-    folder.mkdir(parents=True, exist_ok=True)
-    pngs = plots(r, folder)
-    md = folder / "compare.md"
-    js = folder / "compare.json"
-    r = r.model_copy(update={"files": [str(md), str(js), *map(str, pngs)]})
-    write_text_atomic(md, markdown(r))
-    write_text_atomic(js, r.model_dump_json(by_alias=True, indent=2) + "\n")
+    with lock.hold(lock_dir(folder), "compare"):
+        folder.mkdir(parents=True, exist_ok=True)
+        pngs = plots(r, folder)
+        md = folder / "compare.md"
+        js = folder / "compare.json"
+        r = r.model_copy(update={"files": [str(md), str(js), *map(str, pngs)]})
+        write_text_atomic(md, markdown(r))
+        write_text_atomic(js, r.model_dump_json(by_alias=True, indent=2) + "\n")
     return r

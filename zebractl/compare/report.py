@@ -15,6 +15,7 @@ that differ in their data, tokenizer, sequence length or global batch are refuse
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,31 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
             out |= _flat(v, f"{prefix}{k}.")
         return out
     return {prefix.rstrip("."): d}
+
+
+def lock_dir(folder: Path) -> Path:
+    """The directory whose lock (:mod:`zebractl.run.lock`) a command writing into ``folder`` takes:
+    the nearest run directory at or above it (one holding ``config.resolved.json``), else ``folder``
+    itself. Writing ``RUN/reports/...`` locks ``RUN``, the directory its train locks. (The same rule as
+    :func:`zebractl.evaluate.harness.lock_dir`.)"""
+    from zebractl.run.rundir import RunDir
+
+    here = Path(os.path.abspath(folder))
+    return next((p for p in (here, *here.parents) if (p / RunDir.CONFIG).is_file()), here)
+
+
+def check_run(path: Path) -> Path:
+    """``path`` if it looks like a run directory (its resolved config is there), checked without
+    reading it: :func:`open_run`'s first errors, before the command takes a lock."""
+    from zebractl.run.rundir import RunDir
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no such run directory")
+    run = RunDir(path)
+    if not run.config_path.is_file():
+        raise ConfigError(f"{run.config_path}: not a zebractl run directory (no {RunDir.CONFIG})")
+    return path
 
 
 def open_run(path: Path) -> Run:
@@ -238,9 +264,16 @@ def parse_tolerances(items: list[str]) -> dict[str, float]:
     return tol
 
 
+def fla_reference_dir(run_path: Path) -> Path:
+    """``RUN-fla-reference``, beside the run: where :func:`fla_reference` trains."""
+    run_path = Path(run_path)
+    return run_path.with_name(f"{run_path.name}-fla-reference")
+
+
 def fla_reference(run_path: Path, console: Any = print) -> Path:
     """Train (or resume, or reuse when complete) the FLA reference of a run: the same resolved
-    config, FLA's class, into ``RUN-fla-reference`` beside it."""
+    config, FLA's class, into ``RUN-fla-reference`` beside it. The trainer holds that directory's
+    lock while it trains (``compare --fla`` holds RUN's for the whole command)."""
     from zebractl.run.rundir import RunDir
     from zebractl.runtime import dist, kernel_cache
     from zebractl.schemas.recipe import RunConfig
@@ -251,7 +284,7 @@ def fla_reference(run_path: Path, console: Any = print) -> Path:
     if record.reference is not None:
         raise ConfigError(f"{run.root} is itself a {record.reference} reference run")
     cfg = RunConfig.model_validate(record.config)
-    root = run.root.with_name(f"{run.root.name}-fla-reference")
+    root = fla_reference_dir(run.root)
     console(f"FLA reference of {run.root}: {root}")
     kernel_cache.configure()
     with dist.scoped():

@@ -3,7 +3,7 @@
 MODEL is a Hugging Face folder (any ``AutoModelForCausalLM``: our exports after ``import
 zebractl.hf``, FLA's after ``import fla``, plain transformers models) or a zebractl run directory /
 checkpoint, converted in memory to ``ZebraForCausalLM`` (no folder written). lm-eval's ``HFLM``
-wraps the model object and its tokenizer; the tasks are :mod:`zebractl.evaluateuate.tasks`' YAMLs, written
+wraps the model object and its tokenizer; the tasks are :mod:`zebractl.evaluate.tasks`' YAMLs, written
 to ``OUTPUT/eval/tasks/`` (the same folder a plain ``lm_eval --include_path`` run can read).
 
 ``OUTPUT/eval/results.json`` is an :class:`~zebractl.schemas.reports.EvalReport`: per task the
@@ -11,6 +11,9 @@ metrics with their standard errors and sample counts, the data's sha256, the mod
 (sha256 over its weights), dtype, batch size, max length, lm-eval's version and the wall time. A
 later call with the same fingerprint and settings reuses the tasks it already holds (``force``
 re-runs them).
+
+One writer per run directory: :func:`evaluate` holds the lock (:mod:`zebractl.run.lock`) of the run
+directory it writes ``eval/`` into (of OUTPUT itself when it is in no run) while it works.
 """
 
 from __future__ import annotations
@@ -304,6 +307,84 @@ def _previous(path: Path) -> Any:
         return None
 
 
+def _is_hf_folder(path: Path) -> bool:
+    """:func:`zebractl.convert.hf.is_hf_folder`, without importing torch (before the lock)."""
+    return (path / "config.json").is_file() and (
+        (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
+    )
+
+
+def lock_dir(folder: Path) -> Path:
+    """The directory whose lock (:mod:`zebractl.run.lock`) a command writing into ``folder`` takes:
+    the nearest run directory at or above it (one holding ``config.resolved.json``), else ``folder``
+    itself. Writing ``RUN/eval/`` locks ``RUN``, the directory its train locks. (The same rule as
+    :func:`zebractl.compare.report.lock_dir`.)"""
+    from zebractl.run.rundir import RunDir
+
+    here = Path(os.path.abspath(folder))
+    return next((p for p in (here, *here.parents) if (p / RunDir.CONFIG).is_file()), here)
+
+
+def write_dir(model_path: Path, output: Path | None) -> Path:
+    """The folder :func:`evaluate` writes ``eval/`` into: ``output``, else the run directory of a
+    run or checkpoint (the run's own, as :func:`open_model` finds it), else the model folder."""
+    from zebractl.run.rundir import RunDir
+
+    path = Path(model_path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such model folder, run directory or checkpoint")
+    if output is not None:
+        if Path(output).exists() and not Path(output).is_dir():
+            raise ConfigError(f"--output {output}: exists and is not a folder; choose another")
+        return Path(output)
+    if _is_hf_folder(path):
+        return path
+    root = next(
+        (p for p in (path, path.parent, path.parent.parent) if (p / RunDir.CONFIG).is_file()), None
+    )
+    if root is None:  # what open_model (convert's open_source) says of it
+        raise ConfigError(
+            f"{path}: no {RunDir.CONFIG} here or above it; pass the run directory (or a "
+            "checkpoint inside one) that `zebractl train` wrote"
+        )
+    return root
+
+
+def check(
+    model_path: Path,
+    *,
+    tasks: str | None,
+    limit: int | None,
+    batch_size: str,
+    max_length: int | None,
+    dtype: str,
+    device: str,
+    output: Path | None,
+    data_run: Path | None,
+) -> tuple[list[T.Task], Path]:
+    """The usage errors :func:`evaluate` can tell without loading anything (no torch imported);
+    returns the tasks and :func:`write_dir`. Whether a CUDA GPU is there is checked later."""
+    chosen = T.parse(tasks)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: expected a positive number of documents per task")
+    if batch_size != "auto" and not (batch_size.isdigit() and int(batch_size) > 0):
+        raise ConfigError(f"--batch-size {batch_size}: expected a positive integer or auto")
+    if max_length is not None and max_length < 2:
+        raise ConfigError(f"--max-length {max_length}: expected at least 2")
+    if dtype not in ("auto", "bf16", "fp32"):
+        raise ConfigError(f"--dtype {dtype}: expected auto, bf16 or fp32")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
+    folder = write_dir(model_path, output)
+    wiki = any(t.name == T.WIKI and t.skip is None for t in chosen)
+    if wiki and data_run is None and _is_hf_folder(Path(model_path)):
+        raise ConfigError(
+            f"--tasks {T.WIKI} scores a run's held-out documents: pass --data RUN_DIR (or "
+            "evaluate the run directory itself)"
+        )
+    return chosen, folder
+
+
 def evaluate(
     model_path: Path,
     *,
@@ -319,26 +400,73 @@ def evaluate(
     force: bool = False,
     console: Callable[[str], None] = print,
 ) -> Any:
-    """Evaluate (see the module docstring); returns the EvalReport written."""
+    """Evaluate (see the module docstring); returns the EvalReport written.
+
+    Every call writes (``eval/results.json`` and the task YAMLs under :func:`write_dir`), so every
+    call holds the lock of the directory it writes into (:func:`lock_dir`: the run directory by
+    default), taken after the usage checks and before torch is imported: an eval
+    of a run that a train is writing to (or a second eval of it) fails at once naming the holder.
+    Only the output is locked: a run read but not written (``output`` elsewhere, ``data_run``) is
+    evaluated while it trains, from its newest complete checkpoint."""
+    from zebractl.run import lock
+
+    t0 = time.perf_counter()
+    chosen, output = check(
+        model_path,
+        tasks=tasks,
+        limit=limit,
+        batch_size=batch_size,
+        max_length=max_length,
+        dtype=dtype,
+        device=device,
+        output=output,
+        data_run=data_run,
+    )
+    # one writer per run directory: OUTPUT/eval/ is written under the lock of the run holding it
+    # (a train of it, or a second eval, is refused), taken before torch is imported
+    with lock.hold(lock_dir(output), "eval", console):
+        return _evaluate(
+            model_path,
+            chosen,
+            t0=t0,
+            limit=limit,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            max_length=max_length,
+            output=output,
+            iteration=iteration,
+            data_run=data_run,
+            force=force,
+            console=console,
+        )
+
+
+def _evaluate(
+    model_path: Path,
+    chosen: list[T.Task],
+    *,
+    t0: float,
+    limit: int | None,
+    batch_size: str,
+    device: str,
+    dtype: str,
+    max_length: int | None,
+    output: Path,
+    iteration: int | None,
+    data_run: Path | None,
+    force: bool,
+    console: Callable[[str], None],
+) -> Any:
     import importlib.metadata
 
     import torch
 
     from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
 
-    t0 = time.perf_counter()
-    chosen = T.parse(tasks)
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit {limit}: expected a positive number of documents per task")
-    if batch_size != "auto" and not (batch_size.isdigit() and int(batch_size) > 0):
-        raise ConfigError(f"--batch-size {batch_size}: expected a positive integer or auto")
-    if max_length is not None and max_length < 2:
-        raise ConfigError(f"--max-length {max_length}: expected at least 2")
-    if dtype not in ("auto", "bf16", "fp32"):
-        raise ConfigError(f"--dtype {dtype}: expected auto, bf16 or fp32")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+    if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
     runnable = [t for t in chosen if t.skip is None]
     needs_data = [t for t in runnable if t.files]
@@ -346,20 +474,10 @@ def evaluate(
     digests = T.check_data(needs_data, root) if root is not None else {}
 
     wiki = next((t for t in runnable if t.name == T.WIKI), None)
-    if wiki is not None and data_run is None:
-        from zebractl.convert.hf import is_hf_folder
-
-        if is_hf_folder(Path(model_path)):
-            raise ConfigError(
-                f"--tasks {T.WIKI} scores a run's held-out documents: pass --data RUN_DIR (or "
-                "evaluate the run directory itself)"
-            )
     loaded, dname = open_model(
         model_path, device=device, dtype=dtype, iteration=iteration, console=console
     )
     length = max_length or loaded.max_length
-    if output is None:
-        output = loaded.run_root or model_path
     out_dir = Path(output) / "eval"
     results_file = out_dir / "results.json"
     version = importlib.metadata.version("lm_eval")
