@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from zebractl.config.errors import ConfigError, first_line
+from zebractl.config.errors import ConfigError, PlainError, first_line
 from zebractl.deps import missing_hint
 
 if TYPE_CHECKING:  # pydantic is imported only by commands that print a report
@@ -64,6 +64,13 @@ def guarded(fn: F) -> F:
                 else "error: the config has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
             )
             raise typer.Exit(EXIT_USAGE) from None
+        except PlainError as exc:  # explained already (a full or read-only disk, ...)
+            if state.verbose:
+                import traceback
+
+                traceback.print_exc()
+            err(f"error: {exc}")
+            raise typer.Exit(EXIT_FAILURE) from None
         except CheckFailed as exc:
             if str(exc):
                 err(f"check failed: {exc}")

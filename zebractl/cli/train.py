@@ -52,7 +52,7 @@ def train(
     check: bool = typer.Option(
         False,
         "--check",
-        help="Run every pre-flight check (config, engine, GPUs, data, tokenizer, memory) and "
+        help="Run every pre-flight check (config, engine, GPUs, data, tokenizer, memory, disk) and "
         "exit without training; what this machine cannot check is listed as not checked.",
     ),
     nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
@@ -69,7 +69,7 @@ def train(
     """
     require("train")
     if check:
-        _check(recipe, list(set_), json_out)
+        _check(recipe, list(set_), json_out, output)
         return
     from zebractl.train.launch import TrainRequest, start
 
@@ -124,13 +124,14 @@ def train(
         raise typer.Exit(out.exit_code)
 
 
-def _check(recipe: str, sets: list[str], json_out: bool) -> None:
+def _check(recipe: str, sets: list[str], json_out: bool, output: Path | None) -> None:
     from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
+    from zebractl.run.rundir import RunDir
     from zebractl.train.check import preflight
 
     r = resolve_recipe(reference(recipe), sets)
-    checks = preflight(r.run)
+    checks = preflight(r.run, RunDir.for_recipe(r.run, r.name, output).checkpoints)
     ok = all(c.status != "failed" for c in checks)
     if json_out:
         from zebractl.schemas.reports import PreflightCheck, TrainCheckReport

@@ -119,17 +119,19 @@ class MemoryEstimate:
         )
 
 
+def _bytes_per_param(cfg: RunConfig) -> tuple[int, int, int, str]:
+    """(weights, gradients, optimizer state) bytes per parameter, and the scheme in words."""
+    if cfg.optimizer.impl == "torch_fused" or cfg.precision not in ("bf16", "fp16"):
+        return 4, 4, 8, "fp32 params + fp32 grads + Adam m, v (fp32)"
+    return 2, 4, 12, "bf16 params + fp32 grads + fp32 main params, Adam m, v"
+
+
 def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEstimate:
     """The per-GPU memory model of a resolved recipe (see the module docstring)."""
     p, m = cfg.parallelism, cfg.model
     params_per_gpu = total_params / (p.tp * p.pp)
     mixed = cfg.precision in ("bf16", "fp16")
-    if cfg.optimizer.impl == "torch_fused" or not mixed:
-        weights_b, grads_b, state_b = 4, 4, 8  # fp32 params + grads, Adam m and v
-        scheme = "fp32 params + fp32 grads + Adam m, v (fp32)"
-    else:
-        weights_b, grads_b, state_b = 2, 4, 12  # bf16 params, fp32 grads, fp32 main + m + v
-        scheme = "bf16 params + fp32 grads + fp32 main params, Adam m, v"
+    weights_b, grads_b, state_b, scheme = _bytes_per_param(cfg)
     state_shard = d.data_parallel if p.distributed_optimizer else 1
     act_dtype = 2 if mixed else 4
     tokens = cfg.data.seq_length / (p.tp * p.cp)  # per sample
@@ -153,6 +155,14 @@ def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEsti
         lm_head_fixed=lm_fixed,
         lm_head_per_sample=lm_per_sample,
     )
+
+
+def checkpoint_bytes(cfg: RunConfig, total_params: int) -> float:
+    """About the bytes of one checkpoint of a run (every rank's share together): the weights in
+    their training dtype and the optimizer state (Adam's fp32 m and v, plus the fp32 main copy of
+    bf16 weights under the megatron engine), as :func:`memory_estimate` counts them per GPU."""
+    weights_b, _, state_b, _ = _bytes_per_param(cfg)
+    return float(total_params * (weights_b + state_b))
 
 
 def _gib(x: float) -> float:

@@ -95,6 +95,31 @@ def _candidates(root: Path, *, marked: bool = True) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def candidates(root: Path) -> list[tuple[int, Path]]:
+    """(iteration, folder) of every ``iter_N`` folder under ``root``, marked or not, oldest first."""
+    return _candidates(root, marked=False)
+
+
+def incomplete(root: Path) -> list[Path]:
+    """The ``iter_N.tmp`` folders under ``root``: saves that never completed (a crash, a kill, a
+    full disk); resume never takes them."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        p
+        for p in root.iterdir()
+        if _NAME.match(p.name.removesuffix(".tmp")) and p.name.endswith(".tmp") and p.is_dir()
+    )
+
+
+def size(folder: Path) -> int:
+    """Bytes of a complete checkpoint, from its marker's file list (0 if it has none)."""
+    try:
+        return sum(f.size for f in read_marker(folder).files)
+    except DamagedCheckpoint:
+        return 0
+
+
 def complete(root: Path) -> list[Checkpoint]:
     """Every checkpoint under ``root`` whose save completed (marker readable), oldest first.
 
@@ -660,7 +685,7 @@ def newest_intact(
     """
     failed = failed or {}
     damaged = [f"{checkpoint_dir(root, it)}: {why}" for it, why in sorted(failed.items())]
-    for it, folder in reversed(_candidates(root, marked=False)):
+    for it, folder in reversed(candidates(root)):
         if it in failed:
             continue
         try:
@@ -693,7 +718,7 @@ def find(source: Path) -> Checkpoint:
         except DamagedCheckpoint as exc:
             raise ConfigError(f"checkpoint {exc}") from None
     for root in (source, source / "checkpoints"):
-        found = _candidates(root, marked=False)
+        found = candidates(root)
         for _, folder in reversed(found):
             try:
                 return verify(folder)

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebractl.config.errors import ConfigError
+from zebractl.config.errors import DISK_ERRNOS, ConfigError
+from zebractl.run.disk import DiskError
 from zebractl.run.rundir import utc_now
 
 LOCK = "zebractl.lock"
@@ -87,7 +88,9 @@ def _read(fd: int) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def _acquire(folder: Path, command: str, note: Callable[[str], None]) -> int:
+def _acquire(
+    folder: Path, command: str, note: Callable[[str], None], checkpoints: Path | None
+) -> int:
     path = folder / LOCK
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -95,6 +98,8 @@ def _acquire(folder: Path, command: str, note: Callable[[str], None]) -> int:
     except (FileExistsError, NotADirectoryError):
         raise ConfigError(f"{folder}: exists and is not a directory") from None
     except OSError as exc:
+        if exc.errno in DISK_ERRNOS:  # read-only, full: nothing of the directory was changed
+            raise DiskError(exc, f"the lock file of {command}", path, checkpoints) from None
         raise ConfigError(f"{path}: cannot create the lock file: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -144,10 +149,17 @@ def _release(fd: int) -> None:
 
 
 @contextmanager
-def hold(folder: Path, command: str, note: Callable[[str], None] = print) -> Iterator[None]:
+def hold(
+    folder: Path,
+    command: str,
+    note: Callable[[str], None] = print,
+    checkpoints: Path | None = None,
+) -> Iterator[None]:
     """Hold the exclusive lock of ``folder`` (created if missing) for the ``with`` block.
 
-    Raises :class:`ConfigError` naming the holder when another process holds it. ``note`` is told
+    Raises :class:`ConfigError` naming the holder when another process holds it, and a
+    :class:`~zebractl.run.disk.DiskError` when the file system cannot take the lock file (its
+    message names the newest intact checkpoint under ``checkpoints``, if given). ``note`` is told
     when a lock left by a process that died is taken over. Re-entrant in one process.
     """
     key = Path(os.path.abspath(folder))
@@ -159,7 +171,7 @@ def hold(folder: Path, command: str, note: Callable[[str], None] = print) -> Ite
         finally:
             held.count -= 1
         return
-    fd = _acquire(key, command, note)
+    fd = _acquire(key, command, note, checkpoints)
     _HELD[key] = _Held(fd, os.getpid(), 1)
     try:
         yield

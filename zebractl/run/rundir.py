@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from zebractl.config.errors import ConfigError
+from zebractl.config.errors import DISK_ERRNOS, ConfigError
 from zebractl.run.records import ResolvedConfigRecord
 
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ class RunDir:
         except (FileExistsError, NotADirectoryError):
             raise ConfigError(f"{self.root}: exists and is not a directory") from None
         except OSError as exc:
+            if exc.errno in DISK_ERRNOS:  # the caller says what was being written (run.disk)
+                raise
             raise ConfigError(f"{self.root}: cannot create the run directory: {exc}") from None
 
     def write_config(self, record: ResolvedConfigRecord) -> None:

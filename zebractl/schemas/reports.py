@@ -962,7 +962,7 @@ class PreflightCheck(StrictModel):
     """One pre-flight check of `train --check`."""
 
     name: str
-    """config, engine, gpus, data or memory."""
+    """config, engine, gpus, data, memory or disk."""
     status: Literal["ok", "not checked", "failed"]
     """not checked: this machine cannot check it (no GPU, no CUDA); never counted as passed."""
     detail: str

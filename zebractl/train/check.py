@@ -1,8 +1,9 @@
 """`zebractl train RECIPE --check`: every pre-flight check of a run, without training.
 
 The config (resolved and validated before this runs), the engine settings against this machine,
-the GPU count, the data (shards, tokenizer, held-out part, vocabulary), and the memory plan against
-the GPU when there is one. What this machine cannot check (a CUDA-only engine or kernel on a
+the GPU count, the data (shards, tokenizer, held-out part, vocabulary), the memory plan against
+the GPU when there is one, and the free space where the checkpoints go against one checkpoint (the
+newest one's size, else the plan's). What this machine cannot check (a CUDA-only engine or kernel on a
 machine without CUDA, the GPU count and memory without a GPU) is listed as ``not checked``, never
 as passed; only a ``failed`` row makes the check fail.
 """
@@ -10,6 +11,7 @@ as passed; only a ``failed`` row makes the check fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from zebractl.config.errors import ConfigError
@@ -139,8 +141,33 @@ def _memory(cfg: Any, cuda: bool) -> Check:
     )
 
 
-def preflight(cfg: Any) -> list[Check]:
-    """Every check of a resolved recipe (see the module docstring)."""
+def _disk(cfg: Any, checkpoints: Path) -> Check:
+    from zebractl.planning.plan import checkpoint_bytes, parameter_report
+    from zebractl.run import checkpoint as ckpt
+    from zebractl.run import disk
+
+    done = ckpt.complete(checkpoints)
+    need = ckpt.size(done[-1].folder) if done else 0
+    source = "the newest checkpoint's size" if need else "planned"
+    if not need:
+        need = checkpoint_bytes(cfg, parameter_report(cfg.model)["total"])
+    free = disk.free_bytes(checkpoints)
+    if free is None:
+        return Check("disk", "not checked", f"the free space at {checkpoints} cannot be read")
+    keep = cfg.checkpoint.keep_last
+    detail = (
+        f"{disk.human(free)} free at {checkpoints}; one checkpoint about {disk.human(need)} "
+        f"({source}); checkpoint.keep_last {keep or 'all'} keeps "
+        + (f"about {disk.human(need * (keep + 1))} at a save" if keep else "them all")
+    )
+    if free < need:
+        return Check("disk", "failed", detail + ": the first save would fail")
+    return Check("disk", "ok", detail)
+
+
+def preflight(cfg: Any, checkpoints: Path) -> list[Check]:
+    """Every check of a resolved recipe whose checkpoints go to ``checkpoints`` (see the module
+    docstring)."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -150,4 +177,5 @@ def preflight(cfg: Any) -> list[Check]:
         _gpus(cfg, cuda),
         _data(cfg),
         _memory(cfg, cuda),
+        _disk(cfg, checkpoints),
     ]

@@ -188,7 +188,7 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
 
     if req.nproc is not None and req.nproc > 1 and world == 1:
         # the rank 0 worker takes the run directory's lock; a directory in use fails here, at once
-        with lock.hold(run.root, "train", console):
+        with lock.hold(run.root, "train", console, run.checkpoints):
             pass
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))
@@ -196,7 +196,8 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
 
     # one writer per run directory: rank 0 locks it before the heavy imports, so a second train
     # of the same directory fails at once (the trainer takes the lock again, re-entrantly)
-    with lock.hold(run.root, "train", console) if rank == 0 else contextlib.nullcontext():
+    held = lock.hold(run.root, "train", console, run.checkpoints)
+    with held if rank == 0 else contextlib.nullcontext():
         # the persistent kernel cache, before any kernel is compiled (each rank sets up its own;
         # the launcher above never touches the GPU)
         from zebractl.runtime import kernel_cache

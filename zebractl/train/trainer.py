@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from zebractl import __version__
 from zebractl.config.errors import ConfigError
 from zebractl.planning.flops import flops_per_token
 from zebractl.run import checkpoint as ckpt
+from zebractl.run import disk
 from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import CheckpointMarker, ResolvedConfigRecord, TrainRow, ValRow
 from zebractl.run.rundir import RunDir
@@ -121,6 +123,7 @@ class Trainer:
         self.resumed_from: int | None = None
         self.last_saved: int | None = None  # the newest iteration saved or being saved
         self.saver: ckpt.AsyncSaver | None = None  # checkpoint.async_save
+        self._save_need = 0.0  # bytes the save in flight writes (about)
         self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
 
@@ -209,15 +212,16 @@ class Trainer:
                     f"{what(self.record.reference)}: choose another --output"
                 )
         if self.rank == 0:
-            self.run.create()
-            changed = self.run.config_changes(self.record)
-            if changed:
-                self.console(
-                    "note: the config differs from the one this run directory was started with: "
-                    + ", ".join(changed[:8])
-                    + (" ..." if len(changed) > 8 else "")
-                )
-            self.run.write_config(self.record)
+            with self._writing("the resolved config", self.run.config_path):
+                self.run.create()
+                changed = self.run.config_changes(self.record)
+                if changed:
+                    self.console(
+                        "note: the config differs from the one this run directory was started "
+                        "with: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
+                    )
+                self.run.write_config(self.record)
+            self._remove_incomplete_saves()
         tdist.barrier()
 
         spec = resolve_data(cfg)
@@ -229,13 +233,14 @@ class Trainer:
                 "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
                 "validation: null"
             )
-        self.train_ds, self.valid_ds = build_datasets(
-            cfg,
-            spec,
-            self.iters * g,
-            val.iterations * g if val is not None else 0,
-            self.run.data_cache,
-        )
+        with self._writing("the dataset index cache (safe to delete)", self.run.data_cache):
+            self.train_ds, self.valid_ds = build_datasets(
+                cfg,
+                spec,
+                self.iters * g,
+                val.iterations * g if val is not None else 0,
+                self.run.data_cache,
+            )
         if val is not None and self.valid_ds is None:
             raise ConfigError(
                 "the held-out part of the data holds no whole sample of data.seq_length "
@@ -275,13 +280,14 @@ class Trainer:
             self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
         self._resume()
         self.last_saved = self.iteration if self.resumed_from is not None else None
-        self.metrics = MetricsWriter(
-            self.run,
-            resumed_at=self.iteration,
-            jsonl=cfg.logging.jsonl and self.rank == 0,
-            tensorboard=cfg.logging.tensorboard and self.rank == 0,
-            note=self.console,
-        )
+        with self._writing("the metrics", self.run.metrics_path):
+            self.metrics = MetricsWriter(
+                self.run,
+                resumed_at=self.iteration,
+                jsonl=cfg.logging.jsonl and self.rank == 0,
+                tensorboard=cfg.logging.tensorboard and self.rank == 0,
+                note=self.console,
+            )
         self._batches = self._train_batches()
         if compiling is not None:
             self.console(compiling.join())
@@ -415,27 +421,69 @@ class Trainer:
             self.wait_saves()  # the previous save is not complete yet: training waits for it
             wait = time.perf_counter() - t0
             waited = f", {wait:.1f} s of it for the previous save" if wait >= 0.05 else ""
+        need = self._save_need = self._check_space()
         args = (self.run.checkpoints, self.iteration, self._state(), marker)
         kw = {"keep_last": self.cfg.checkpoint.keep_last, "is_writer": self.rank == 0}
-        if self.saver is None:
-            folder = ckpt.save(*args, **kw)
-            self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
-        else:
-            folder = self.saver.begin(*args, **kw)
-            paused = time.perf_counter() - t0
-            self.console(f"saving {folder} (async: training paused {paused:.1f} s{waited})")
+        with self._saving(self.iteration, need):
+            if self.saver is None:
+                folder = ckpt.save(*args, **kw)
+                self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
+            else:
+                folder = self.saver.begin(*args, **kw)
+                paused = time.perf_counter() - t0
+                self.console(f"saving {folder} (async: training paused {paused:.1f} s{waited})")
         self.last_saved = self.iteration
         return folder
+
+    def _writing(
+        self, what: str, path: Path, need: float = 0.0
+    ) -> contextlib.AbstractContextManager:
+        """A write of this run: a full or read-only disk becomes a :class:`disk.DiskError`."""
+        return disk.writing(what, path, self.run.checkpoints, need)
+
+    def _saving(
+        self, iteration: int | None, need: float = 0.0
+    ) -> contextlib.AbstractContextManager:
+        if iteration is None:
+            return contextlib.nullcontext()
+        folder = ckpt.checkpoint_dir(self.run.checkpoints, iteration)
+        tmp = folder.with_name(folder.name + ".tmp")
+        return self._writing(f"the checkpoint of iteration {iteration}", tmp, need)
+
+    def _check_space(self) -> float:
+        """Before a save: the bytes it needs (the previous checkpoint's size, or the plan's for the
+        first); rank 0 warns when the disk has less room."""
+        done = ckpt.complete(self.run.checkpoints)
+        need = float(ckpt.size(done[-1].folder)) if done else 0.0
+        if not need:
+            from zebractl.planning.plan import checkpoint_bytes
+
+            need = checkpoint_bytes(self.cfg, sum(p.numel() for p in self.model.parameters()))
+        if self.rank == 0:
+            what = f"the checkpoint of iteration {self.iteration}"
+            warning = disk.space_warning(self.run.checkpoints, need, what)
+            if warning:
+                self.console(warning)
+        return need
+
+    def _remove_incomplete_saves(self) -> None:
+        """At the start (rank 0, the lock held): delete the ``iter_N.tmp`` folders saves that
+        never completed left behind; resume never takes them."""
+        for folder in ckpt.incomplete(self.run.checkpoints):
+            shutil.rmtree(folder, ignore_errors=True)
+            self.console(f"note: removed {folder}, a save that did not complete")
 
     def poll_saves(self) -> None:
         """Move an asynchronous save on (collective, non-blocking: every step boundary)."""
         if self.saver is not None:
-            self._report(self.saver.poll())
+            with self._saving(self.saver.pending, self._save_need):
+                self._report(self.saver.poll())
 
     def wait_saves(self) -> None:
         """Finish an asynchronous save in flight (collective, blocking)."""
         if self.saver is not None:
-            self._report(self.saver.wait())
+            with self._saving(self.saver.pending, self._save_need):
+                self._report(self.saver.wait())
 
     def _report(self, done: ckpt.SaveDone | None) -> None:
         if done is not None:
@@ -557,7 +605,9 @@ class Trainer:
 
         writer = launched_world()[0] == 0  # rank 0 holds the run directory's lock
         held = (
-            lock.hold(self.run.root, "train", self._console) if writer else contextlib.nullcontext()
+            lock.hold(self.run.root, "train", self._console, self.run.checkpoints)
+            if writer
+            else contextlib.nullcontext()
         )
         with held, self.flag:
             try:
@@ -689,7 +739,8 @@ class Trainer:
 
     def _log(self, row: TrainRow) -> None:
         if self.rank == 0:
-            self.metrics.write(row)
+            with self._writing("the metrics", self.run.metrics_path):
+                self.metrics.write(row)
         parts = [
             f"iter {row.iteration:>6}",
             f"loss {row.loss:.4f}",
@@ -708,7 +759,8 @@ class Trainer:
     def _validate(self) -> float | None:
         row = self.evaluate()
         if self.rank == 0:
-            self.metrics.write(row)
+            with self._writing("the metrics", self.run.metrics_path):
+                self.metrics.write(row)
         loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
         ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
         self.console(
