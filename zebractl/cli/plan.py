@@ -133,7 +133,8 @@ def _print(doc: PlanReport) -> None:
     console.print(
         f"memory/GPU (estimate): params+grads {mem.params_and_grads_gib} GiB, "
         f"optimizer {mem.optimizer_gib} GiB, activations {mem.activations_gib} "
-        f"GiB, LM head {mem.lm_head_gib} GiB, total {mem.total_gib} GiB ({mem.scheme})",
+        f"GiB (recompute {mem.recompute}), LM head {mem.lm_head_gib} GiB, total "
+        f"{mem.total_gib} GiB ({mem.scheme})",
         markup=False,
     )
     ft = doc.fit

@@ -16,7 +16,7 @@ from megatron.core.tensor_parallel.layers import ColumnParallelLinear
 from megatron.core.transformer.module import MegatronModule
 from torch import nn
 
-from zebractl.model import ops
+from zebractl.model import ops, recompute
 from zebractl.model.attention import build_mla
 from zebractl.model.layers import (
     MLPS,
@@ -31,7 +31,7 @@ from zebractl.model.layers import (
 from zebractl.model.mixers import MIXERS
 from zebractl.model.ops import KernelOptions
 from zebractl.schemas.preset import ModelConfig
-from zebractl.schemas.recipe import KernelsConfig
+from zebractl.schemas.recipe import KernelsConfig, RecomputeConfig
 
 Tensor = torch.Tensor
 
@@ -56,10 +56,21 @@ class _Embedding(MegatronModule):
 
 
 class ZebraStack(MegatronModule):
-    """The sublayers of the resolved pattern and the final norm."""
+    """The sublayers of the resolved pattern and the final norm; ``recompute`` (a recipe's
+    ``recompute`` section, None: none) checkpoints sublayers or blocks while training
+    (:mod:`zebractl.model.recompute`)."""
 
-    def __init__(self, m: ModelConfig, config, opts: KernelOptions) -> None:
+    def __init__(
+        self,
+        m: ModelConfig,
+        config,
+        opts: KernelOptions,
+        recompute: RecomputeConfig | None = None,
+    ) -> None:
         super().__init__(config=config)
+        rc = recompute or RecomputeConfig()
+        self.recompute_mode = rc.mode
+        self.recompute_blocks = (rc.blocks or m.num_blocks) if rc.mode == "full" else 0
         h, eps, kind = m.hidden_size, m.norm.eps, m.norm.type
         layers: list[nn.Module] = []
         for i, sub in enumerate(m.sublayers):
@@ -76,15 +87,35 @@ class ZebraStack(MegatronModule):
 
     def forward(self, x: Tensor) -> Tensor:
         delta = None  # each sublayer's output, added to the stream inside the next norm
-        for layer in self.layers:
-            delta, x = layer.step(delta, x)
+        mode = self.recompute_mode if recompute.active(self) else "none"
+        if mode == "selective":
+            for layer in self.layers:
+                delta, x = recompute.selective(layer.step, delta, x)
+        else:
+            checkpointed = self.recompute_blocks if mode == "full" else 0
+            for b in range(len(self.layers) // 2):  # a block: mixer or MLA sublayer, then MLP
+                if b < checkpointed:
+                    delta, x = recompute.full(self._block, b, delta, x)
+                else:
+                    delta, x = self._block(b, delta, x)
         return self.final_norm.add(delta, x)[0]
+
+    def _block(self, b: int, delta: Tensor | None, x: Tensor) -> tuple[Tensor, Tensor]:
+        for layer in self.layers[2 * b : 2 * b + 2]:
+            delta, x = layer.step(delta, x)
+        return delta, x
 
 
 class ZebraModel(LanguageModule):
     """Embedding -> ZebraStack -> (tied) LM head, on megatron-core."""
 
-    def __init__(self, m: ModelConfig, config, opts: KernelOptions) -> None:
+    def __init__(
+        self,
+        m: ModelConfig,
+        config,
+        opts: KernelOptions,
+        recompute: RecomputeConfig | None = None,
+    ) -> None:
         pgs = process_groups()
         super().__init__(config=config, pg_collection=pgs)
         self.model_config, self.opts = m, opts
@@ -92,7 +123,7 @@ class ZebraModel(LanguageModule):
         self.share_embeddings_and_output_weights = m.tie_embeddings
         self.vocab_size = m.padded_vocab_size
         self.embedding = _Embedding(config, self.vocab_size, pgs.tp)
-        self.decoder = ZebraStack(m, config, opts)
+        self.decoder = ZebraStack(m, config, opts, recompute)
         # holds the weight only (forward applies it with ops.lm_loss or F.linear)
         self.output_layer = ColumnParallelLinear(
             m.hidden_size,
@@ -145,10 +176,12 @@ def build_model(
     seed: int = 1234,
     params_dtype: torch.dtype = torch.float32,
     tp: int = 1,
+    recompute: RecomputeConfig | None = None,
 ) -> ZebraModel:
     """Build and initialise a model on ``device`` (``"meta"`` allocates nothing).
 
-    ``kernels`` is a recipe's KernelsConfig (None = defaults with backend auto).
+    ``kernels`` is a recipe's KernelsConfig (None = defaults with backend auto); ``recompute`` its
+    activation recomputation (None = none; it changes no weight and no output).
 
     No process-wide side effect: no process group is created (the model runs without one; training
     and sharded checkpoints need the caller's, set up before building, e.g. by
@@ -167,7 +200,7 @@ def build_model(
     # Build and initialise in fp32 (identical values whatever the training dtype), then cast.
     config = transformer_config(m, tp=tp, params_dtype=torch.float32)
     with torch.device(device):
-        model = ZebraModel(m, config, opts)
+        model = ZebraModel(m, config, opts, recompute)
     initialize(model, m, seed)
     if params_dtype != torch.float32:
         cast_parameters(model, params_dtype)

@@ -93,6 +93,39 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     return r + lora + 2 * q + a.num_heads * (a.qk_head_dim + 2 * a.v_head_dim)
 
 
+def _gemm_outputs_per_token(m: ModelConfig, kind: str) -> int:
+    """Elements per token the matrix multiplications of one sublayer output: the rows of its 2-D
+    weights (what ``recompute.mode selective`` keeps of it)."""
+    return sum(shape[0] for shape in SUBLAYER_SHAPES[kind](m).values() if len(shape) == 2)
+
+
+def kept_elems_per_token(cfg: RunConfig) -> int:
+    """Activation elements per token the decoder keeps at the start of the backward pass, with
+    the one sublayer (selective) or block (full) being recomputed at a time on top: the peak under
+    ``cfg.recompute``. A checkpointed region keeps its inputs (the previous output and the residual
+    stream, 2 x hidden) and, selective, its GEMMs' outputs; the final norm keeps 2 x hidden."""
+    m, rc = cfg.model, cfg.recompute
+    h, subs = m.hidden_size, list(m.sublayers)
+    each = [_activation_elems_per_token(m, k) for k in subs]
+    final = 2 * h
+    if rc.mode == "none":
+        return sum(each) + final
+    if rc.mode == "selective":
+        kept = [2 * h + _gemm_outputs_per_token(m, k) for k in subs]
+        return sum(kept) + max(e - k for e, k in zip(each, kept, strict=True)) + final
+    n = rc.blocks or m.num_blocks
+    blocks = [each[2 * b] + each[2 * b + 1] for b in range(m.num_blocks)]
+    return sum(blocks[n:]) + n * 2 * h + max(blocks[:n]) + final
+
+
+def recompute_label(cfg: RunConfig) -> str:
+    """``none``, ``selective`` or ``full (N of B blocks)``."""
+    rc = cfg.recompute
+    if rc.mode != "full":
+        return rc.mode
+    return f"full ({rc.blocks or cfg.model.num_blocks} of {cfg.model.num_blocks} blocks)"
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes per GPU: fixed state, and activations (incl. the LM head's) per micro-batch sample."""
@@ -135,8 +168,7 @@ def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEsti
     state_shard = d.data_parallel if p.distributed_optimizer else 1
     act_dtype = 2 if mixed else 4
     tokens = cfg.data.seq_length / (p.tp * p.cp)  # per sample
-    per_token = sum(_activation_elems_per_token(m, k) for k in m.sublayers)
-    per_token += 2 * m.hidden_size  # final norm in/out
+    per_token = kept_elems_per_token(cfg)  # the final norm's in/out included
     v, h = m.padded_vocab_size, m.hidden_size
     if cfg.kernels.fused_linear_cross_entropy:
         # dx (the input gradient, kept from forward to backward), one chunk of logits (the chunk
@@ -180,8 +212,10 @@ def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, An
         "activations_gib": _gib(e.activations(micro)),
         "lm_head_gib": _gib(e.lm_head(micro)),
         "total_gib": _gib(e.total(micro)),
+        "recompute": recompute_label(cfg),
         "note": "estimate: exact state bytes + activations kept by autograd (KDA/GDN calibrated "
-        "on an H200) + the LM-head loss's buffers; excludes allocator slack and the CUDA context",
+        "on an H200; recomputation modelled, not yet measured) + the LM-head loss's buffers; "
+        "excludes allocator slack and the CUDA context",
     }
 
 

@@ -211,6 +211,21 @@ class KernelsConfig(StrictModel):
     FLA kernels; false: the first step compiles them."""
 
 
+class RecomputeConfig(StrictModel):
+    """Activation recomputation: less memory for activations, paid for with forward work in the
+    backward pass. The losses do not change (bitwise on CPU in fp32)."""
+
+    mode: Literal["none", "selective", "full"] = "none"
+    """none: autograd keeps every activation. selective: each sublayer keeps its input and the
+    outputs of its matrix multiplications, and recomputes the rest in the backward pass (norms,
+    activations, the recurrent mixers' and MLA's core kernels): no GEMM runs twice. full: each
+    checkpointed block keeps only its input and runs its whole forward again in the backward pass
+    (the most memory saved, about one more forward of compute)."""
+    blocks: int | None = Field(None, gt=0, le=B.BLOCKS)
+    """full only: checkpoint the first N blocks and keep the rest's activations (Megatron's
+    recompute_num_layers); null: every block."""
+
+
 class RunConfig(StrictModel):
     """A resolved recipe: the merged model plus everything needed to run it."""
 
@@ -238,6 +253,8 @@ class RunConfig(StrictModel):
     """Metrics output."""
     kernels: KernelsConfig = Field(default_factory=KernelsConfig)
     """Kernel backend and fusions."""
+    recompute: RecomputeConfig = Field(default_factory=RecomputeConfig)
+    """Activation recomputation (memory for compute)."""
     validation: ValidationConfig | None = Field(default_factory=ValidationConfig)
     """Held-out evaluation; null turns it off."""
     nonfinite: NonFiniteConfig = Field(default_factory=NonFiniteConfig)
@@ -367,6 +384,13 @@ def run_problems(cfg: RunConfig) -> list[Problem]:
     if split is not None and (split[0] <= 0 or any(x < 0 for x in split)):
         out.append(
             ("data.split", "split proportions must be non-negative with a positive train part")
+        )
+    rc = cfg.recompute
+    if rc.blocks is not None and rc.mode != "full":
+        out.append(("recompute.blocks", f"applies to recompute.mode full, not {rc.mode!r}"))
+    elif rc.blocks is not None and rc.blocks > m.num_blocks:
+        out.append(
+            ("recompute.blocks", f"{rc.blocks} is more than the model's {m.num_blocks} blocks")
         )
     if p.cp > 1 and cfg.data.seq_length % (2 * p.cp):
         out.append(("data.seq_length", f"seq_length must be divisible by 2*cp = {2 * p.cp}"))

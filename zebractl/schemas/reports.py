@@ -169,6 +169,9 @@ class PlanMemory(StrictModel):
     fp32 weight-gradient accumulator (fused loss), or the full fp32 logits, GiB."""
     total_gib: FiniteFloat
     """Sum of the four, GiB: the estimated peak."""
+    recompute: str
+    """The activation recomputation the activations are estimated with: none, selective, or
+    full (N of B blocks)."""
     note: str
     """What the estimate leaves out."""
 

@@ -378,6 +378,13 @@ def check_engine(cfg: RunConfig, device: torch.device, world: int = 1) -> None:
         )
         if why:
             raise ConfigError(f"kernels.cuda_graph needs {why}; set kernels.cuda_graph=false")
+    rc = cfg.recompute.mode
+    if rc != "none" and (cfg.kernels.cuda_graph or cfg.kernels.fp8_mlp != "off"):
+        what = "kernels.cuda_graph" if cfg.kernels.cuda_graph else "kernels.fp8_mlp"
+        raise ConfigError(
+            f"recompute.mode {rc} with {what} has not been tested on a GPU yet, so it is refused: "
+            f"set recompute.mode=none or turn {what} off"
+        )
     if cfg.precision == "fp16":
         raise ConfigError(
             "precision fp16 needs loss scaling, which `zebractl train` does not do; use bf16"
@@ -415,10 +422,17 @@ def build_engine(
 
         return TorchEngine(cfg, ref.build(cfg, device, seed), device, world)
     if cfg.optimizer.impl == "torch_fused":
-        model = build_model(cfg.model, kernels=cfg.kernels, device=device, seed=seed)
+        model = build_model(
+            cfg.model, kernels=cfg.kernels, device=device, seed=seed, recompute=cfg.recompute
+        )
         return TorchEngine(cfg, model, device, world)
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
     model = build_model(
-        cfg.model, kernels=cfg.kernels, device=device, seed=seed, params_dtype=dtype
+        cfg.model,
+        kernels=cfg.kernels,
+        device=device,
+        seed=seed,
+        params_dtype=dtype,
+        recompute=cfg.recompute,
     )
     return MegatronEngine(cfg, model, device, world)

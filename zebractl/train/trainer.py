@@ -258,6 +258,11 @@ class Trainer:
             self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
         else:
             self.console(f"reference run: FLA's {type(self.model.hf).__name__}, zebractl's init")
+            if cfg.recompute.mode != "none":
+                self.console(
+                    f"note: recompute.mode {cfg.recompute.mode} applies to zebractl's model; "
+                    "FLA's class trains without it (the same losses, more memory)"
+                )
         s = cfg.schedule
         self.sched = OptimizerParamScheduler(
             self.engine.optimizer,
