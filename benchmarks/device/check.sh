@@ -40,8 +40,13 @@
 #   60 + 270 + max(390, 240) = 720 s. Device calls: start (~60 s) + wait 560 + wait ~120.
 #
 # Knobs (environment):
-#   PHASES="perf tests parity eval"  which phases (default all, always in this order); a phase that
-#                                    fails does not stop the others
+#   PHASES="perf tests parity eval"  which phases (default these, always in this order); a phase
+#                                    that fails does not stop the others. memory (after perf, alone
+#                                    on the GPU) only when named: PHASES=memory CHECK_BUDGET=0
+#   CHECK_MEMORY_RUNS="RECIPE:MICRO|fit:MODE[:SET,...] ..."  the memory phase's runs (default: the
+#                                    1B/3B hybrids at plan --fit's micro, the 8B's blocks at depth
+#                                    4 and 8: the difference is one block's share, issue 27)
+#   CHECK_MEMORY_ITERS=20  CHECK_MEMORY_CAP=300 (seconds per run)
 #   CHECK_BUDGET=720      overall seconds (0: no overall deadline, the caps alone)
 #   CHECK_CAP_SCALE=1     multiply every cap (a slower GPU, locally)
 #   CHECK_XDIST=3         pytest -n N --dist load (0 or empty: one process). Two workers (loadfile)
@@ -71,7 +76,9 @@ R=/tmp/zrepo  # the device job's copy of the tree
 D=/tmp/zdeps  # the unpacked tarballs: site312/, eval312/, gpu_data/
 RESERVE=20
 MIN_STEP=10
-ALL_PHASES="perf tests parity eval"
+ALL_PHASES="perf tests parity eval"  # PHASES unset: these
+KNOWN_PHASES="perf memory tests parity eval"  # memory: only when named (issue 27's big models)
+MEMORY_RUNS="zebra_mamba_1B_hybrid:fit:none zebra_kda_1B_hybrid:fit:selective zebra_gdn_1B_hybrid:fit:selective zebra_mamba_3B_hybrid:fit:full zebra_mamba_8B_hybrid:2:none:model.num_blocks=4 zebra_mamba_8B_hybrid:2:none:model.num_blocks=8"
 PERF_RECIPES="kda_300M gdn_300M"
 PARITY_RECIPE=kda_300M
 
@@ -207,6 +214,40 @@ phase_perf() {
   verdict perf "$t0"
 }
 
+# memory (issue 27): each run of CHECK_MEMORY_RUNS ("RECIPE:MICRO:MODE[:SET,SET...]"; MICRO "fit":
+# the largest micro-batch `zebractl plan --fit` finds for this GPU under that recompute mode) trains
+# CHECK_MEMORY_ITERS iterations on one GPU, micro = global; its plan (`zebractl plan --json`, the same
+# settings) is written beside it; record_memory.py puts peak memory, tokens/s and the plan's error
+# into the record. Checkpoints are deleted after each run (a 3B one is 36 GB of the 64 GB disk).
+phase_memory() {
+  local t0; t0=$(now); local fails=() rc spec recipe micro mode extra name sets cap gib x
+  need_gpu memory "$t0" && need_data memory "$t0" || return 0
+  train_args
+  gib=$(awk -F', ' 'NR==1 {printf "%.1f", $2 / 1024}' "$JOB/gpu.csv" 2>/dev/null)
+  : > "$JOB/memory_runs.tsv"
+  for spec in ${CHECK_MEMORY_RUNS:-$MEMORY_RUNS}; do
+    IFS=: read -r recipe micro mode extra <<< "$spec"
+    sets=(--set "recompute.mode=${mode:-none}" --set "schedule.iterations=${CHECK_MEMORY_ITERS:-20}"
+          --set schedule.warmup_iterations=1)
+    local IFS_=$IFS; IFS=,; for x in $extra; do sets+=(--set "$x"); done; IFS=$IFS_
+    if [ "$micro" = fit ]; then
+      micro=$("$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --gpu-memory "${gib:-139.8}" --json 2>> "$JOB/logs/memory_plan.log" \
+        | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["fit"]["micro"] or "")' 2>> "$JOB/logs/memory_plan.log")
+      [ -n "$micro" ] || { fails+=("$recipe: plan --fit found no micro-batch"); continue; }
+    fi
+    sets+=(--set "batch.micro=$micro" --set "batch.global=$micro")
+    name="memory_${recipe}_m${micro}_${mode:-none}${extra:+_$(printf '%s' "$extra" | tr -c 'A-Za-z0-9=\n' '_')}"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$recipe" "$micro" "${mode:-none}" "$extra" >> "$JOB/memory_runs.tsv"
+    "$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --json > "$JOB/$name.plan.json" 2>> "$JOB/logs/memory_plan.log"
+    cap=${CHECK_MEMORY_CAP:-300}
+    gpu_step memory "$name" "$cap" TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" "${sets[@]}" \
+      --output "$JOB/runs/$name" --json
+    rc=$?; [ $rc = 0 ] || fails+=("$(why "$name" $rc)")
+    rm -rf "$JOB/runs/$name/checkpoints"
+  done
+  verdict memory "$t0"
+}
+
 # -p no:benchmark: the image's pytest-benchmark plugin warns under xdist, and the suite's
 # filterwarnings=error turned that into an INTERNALERROR (first H200 check, 2026-12-02); no test uses it.
 # pytest stopped by timeout's SIGTERM stops as on Ctrl-C (KeyboardInterrupt), so the junit XML of
@@ -301,7 +342,7 @@ begin() {  # begin MODE: the job folder, meta.env, env.sh
   : > "$JOB/steps.tsv"; : > "$JOB/phases.tsv"; : > "$JOB/progress.txt"
   PHASES=${PHASES:-$ALL_PHASES}
   local p; for p in $PHASES; do
-    case " $ALL_PHASES " in *" $p "*) ;; *) echo "PHASES: unknown phase $p (known: $ALL_PHASES)" >&2; exit 2 ;; esac
+    case " $KNOWN_PHASES " in *" $p "*) ;; *) echo "PHASES: unknown phase $p (known: $KNOWN_PHASES)" >&2; exit 2 ;; esac
   done
   BUDGET=${CHECK_BUDGET:-720}; DEADLINE=$(( T0 + BUDGET ))
   DRY=${CHECK_DRY_RUN:-0}
@@ -375,7 +416,8 @@ write_env() {  # everything the job (a fresh bash under setsid, or this one) nee
       ZEBRACTL_TEST_DATA EVAL_OK EVAL_REASON EVAL_PATH EVAL_TASK EVAL_LIMIT GPU_OK GPU_REASON \
       SETUP_OK SETUP_REASON OUTDIR FLA_VARIANTS CHECK_FORCE CHECK_XDIST CHECK_CAP_SCALE \
       CHECK_EVAL_CAP CHECK_EVAL_BATCH \
-      CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO; do
+      CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO CHECK_MEMORY_RUNS CHECK_MEMORY_ITERS \
+      CHECK_MEMORY_CAP; do
     envvar "$v" "${!v:-}"
   done
 }
@@ -467,6 +509,7 @@ job() {
     local p; for p in $PHASES; do phase_end "$p" skipped "$(now)" "setup failed: $SETUP_REASON"; done
   else
     has perf && phase_perf  # alone on the GPU
+    has memory && phase_memory  # alone too: its peaks are the claim
     local tests_pid=""
     if has tests; then phase_tests & tests_pid=$!; fi
     has parity && phase_parity

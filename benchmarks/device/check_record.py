@@ -40,8 +40,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import record_memory  # noqa: E402  (beside this file: the memory phase's rows)
+
 SCHEMA = "zebractl-gpu-check/1"
-PHASES = ("setup", "perf", "tests", "parity", "eval")
+PHASES = ("setup", "perf", "memory", "tests", "parity", "eval")
+DEFAULT_PHASES = ("perf", "tests", "parity", "eval")
+"""What runs without PHASES; ``memory`` (the big models' peak memory, issue 27) only when named."""
 PERF_RECIPES = ("kda_300M", "gdn_300M")
 CLAIM_VARIANT = "fla_shipped"
 """The FLA variant of the README's 2.13x / 2.21x claims (FLA's class trained its way, its loss as
@@ -421,7 +426,7 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
     src = read_kv(job / "source.env")
     steps = read_tsv(job / "steps.tsv", STEP_COLUMNS)
     ended = {r["phase"]: r for r in read_tsv(job / "phases.tsv", PHASE_COLUMNS)}
-    requested = (meta.get("PHASES") or " ".join(PHASES[1:])).split()
+    requested = (meta.get("PHASES") or " ".join(DEFAULT_PHASES)).split()
     variants = (meta.get("FLA_VARIANTS") or f"{CLAIM_VARIANT} fla_tuned").split()
     t0 = num(meta.get("T0"))
     t_end = num(meta.get("T_END")) or (time.time() if partial else None)
@@ -431,6 +436,7 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
         "tests": _safe(junit, job / "junit.xml"),
         "parity": _safe(parity, job),
         "eval": _safe(evaluation, job, meta.get("EVAL_TASK"), meta.get("EVAL_LIMIT")),
+        "memory": _safe(record_memory.memory, job, steps),
     }
     if "missing" in sections["perf"]:  # unreadable: the per-recipe shape, all null
         why = sections["perf"]["missing"]
@@ -482,7 +488,7 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
         phases[name] = info
 
     _refine(phases, sections, steps, job)
-    for name in ("perf", "tests", "parity", "eval"):
+    for name in ("perf", "memory", "tests", "parity", "eval"):
         sections[name] = {
             **(sections[name] or {}),
             "status": phases[name]["status"],
@@ -525,6 +531,7 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
         "perf": {**sections["perf"], "steps": phases["perf"]["steps"]},
         "parity": {**sections["parity"], "steps": phases["parity"]["steps"]},
         "eval": {**sections["eval"], "steps": phases["eval"]["steps"]},
+        "memory": {**sections["memory"], "steps": phases["memory"]["steps"]},
     }
 
 
@@ -686,6 +693,19 @@ def summary(record: dict[str, Any]) -> str:
             else f"{verdict}",
         )
     )
+    mem = record.get("memory") or {}
+    if mem.get("reason") != "not in PHASES":
+        parts = [
+            f"{r.get('recipe')} m{r.get('micro')} {r.get('recompute')}: "
+            + (
+                f"{_tps(r.get('tokens_per_s'))} tok/s, peak {r.get('peak_gib')} GiB, plan "
+                f"{r.get('plan_gib')} ({_pct(r.get('plan_error'))})"
+                if r.get("peak_gib") is not None
+                else str(r.get("reason") or r.get("status"))[:80]
+            )
+            for r in mem.get("runs") or []
+        ]
+        rows.append(("memory", mem, " | ".join(parts) or "no runs"))
     e = record.get("eval") or {}
     acc, accn = num(e.get("acc")), num(e.get("acc_norm"))
     rows.append(

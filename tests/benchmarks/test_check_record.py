@@ -174,8 +174,8 @@ def test_a_finished_job_gives_the_numbers_statuses_and_reasons(cr, tmp_path):
     assert (e["status"], e["acc"], e["acc_norm"], e["limit"], e["eval_wall_s"]) == (
         "ok", 0.33, 0.31, 100, 41.5
     )  # fmt: skip
-    assert rec["wall_s"] == {"setup": 50.0, "perf": 280.0, "tests": 380.0, "parity": 170.0,
-                             "eval": 60.0, "total": 700.0}  # fmt: skip
+    assert rec["wall_s"] == {"setup": 50.0, "perf": 280.0, "memory": None, "tests": 380.0,
+                             "parity": 170.0, "eval": 60.0, "total": 700.0}  # fmt: skip
     assert rec["phases"]["setup"]["status"] == "ok"
 
     table = cr.summary(rec)
@@ -262,3 +262,61 @@ def test_malformed_reports_are_reasons_not_exceptions(cr, tmp_path):
     assert rec["perf"]["kda_300M"]["ratio"] == {"fla_shipped": None, "fla_tuned": None}
     json.dumps(rec, allow_nan=False)
     assert "parity" in cr.summary(rec)
+
+
+def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path):
+    """PHASES=memory (issue 27): one row per run of memory_runs.tsv: the median tokens/s and MFU
+    after the first two iterations, the peak memory_gib, the plan's total and plan / peak - 1; a
+    run that was cut or never logged is a row of nulls with the reason."""
+    job = _job(tmp_path, phases="memory")
+    ok, cut = "memory_zebra_kda_1B_hybrid_m13_selective", "memory_zebra_mamba_3B_hybrid_m20_full"
+    (job / "memory_runs.tsv").write_text(
+        f"{ok}\tzebra_kda_1B_hybrid\t13\tselective\t\n"
+        f"{cut}\tzebra_mamba_3B_hybrid\t20\tfull\tmodel.num_blocks=4,kernels.precompile=false\n"
+    )
+    runs = job / "runs" / ok
+    runs.mkdir(parents=True)
+    (runs / "metrics.jsonl").write_text(
+        "\n".join(
+            _row(i, tps, 0.4) for i, tps in ((1, 1e4), (2, 9e4), (3, 100e3), (4, 110e3), (5, 90e3))
+        )
+        + "\nnot json\n"
+    )
+    (job / f"{ok}.plan.json").write_text(json.dumps({"memory_per_gpu": {"total_gib": 78.75}}))
+    (job / f"{cut}.plan.json").write_text("{broken")
+    (job / "steps.tsv").write_text(
+        f"memory\t{ok}\tok\t0\t120\t300\t\n"
+        f"memory\t{cut}\ttimeout\t124\t300\t300\tstopped at the time limit (300 s)\n"
+    )
+    (job / "phases.tsv").write_text("memory\tfailed\t1800000010\t1800000430\tcut stopped\n")
+    rec = cr.build(job)
+    mem = rec["memory"]
+    a, b = mem["runs"]
+    assert (a["micro"], a["recompute"], a["tokens_per_s"], a["mfu"]) == (
+        13,
+        "selective",
+        100000,
+        0.4,
+    )
+    assert (a["peak_gib"], a["plan_gib"], a["plan_error"], a["status"]) == (75.0, 78.75, 0.05, "ok")
+    assert b["sets"] == ["model.num_blocks=4", "kernels.precompile=false"]
+    assert (b["peak_gib"], b["plan_gib"], b["plan_error"], b["status"]) == (
+        None,
+        None,
+        None,
+        "timeout",
+    )
+    assert "time limit" in b["reason"] and mem["worst_plan_error"] == 0.05
+    assert rec["phases"]["memory"]["status"] == "failed" and rec["wall_s"]["memory"] == 420.0
+    text = cr.summary(rec)
+    assert (
+        "zebra_kda_1B_hybrid m13 selective: 100,000 tok/s, peak 75.0 GiB, plan 78.75 (5.0%)" in text
+    )
+    # not requested: skipped with its reason, and no summary row
+    plain = cr.build(_job(tmp_path / "plain"))
+    assert plain["phases"]["memory"] == {
+        "status": "skipped",
+        "reason": "not in PHASES",
+        "wall_s": None,
+    }
+    assert plain["memory"]["runs"] == [] and "\nmemory " not in cr.summary(plain)

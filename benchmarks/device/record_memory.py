@@ -1,0 +1,106 @@
+"""The GPU check's `memory` phase in its record: the big models' peak memory against the plan.
+
+check.sh's ``phase_memory`` (``PHASES=memory``, never by default) trains each run of
+``CHECK_MEMORY_RUNS`` for a few iterations on one GPU and writes, per run, one line of
+``memory_runs.tsv`` (name, recipe, micro-batch, recompute mode, the extra ``--set`` values) and
+``NAME.plan.json`` (``zebractl plan --json`` with the same settings) beside ``runs/NAME/``. Here each
+run becomes one row: tokens/s and MFU (median of the iterations after the first two), the peak
+memory (the largest ``memory_gib`` of metrics.jsonl: ``torch.cuda.max_memory_allocated``), the
+plan's estimate and the plan's error against the peak (issue 27: within 10%). Stdlib only; a run
+that failed or never ran is a row of nulls with the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("name", "recipe", "micro", "mode", "sets")
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("kind") == "train":
+            out.append(row)
+    return out
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if x == x and abs(x) != float("inf") else None
+
+
+def _plan_gib(path: Path) -> float | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return _num(doc["memory_per_gpu"]["total_gib"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> dict[str, Any]:
+    """One run of the phase: what was asked, what was measured, how far the plan was."""
+    name = spec["name"]
+    rows = _rows(job / "runs" / name / "metrics.jsonl")
+    steady = [r for r in rows if (_num(r.get("iteration")) or 0) > 2]
+    tps = [t for t in (_num(r.get("tokens_per_s")) for r in steady) if t is not None]
+    mfu = [m for m in (_num(r.get("mfu")) for r in steady) if m is not None]
+    mem = [g for g in (_num(r.get("memory_gib")) for r in rows) if g is not None]
+    peak = max(mem) if mem else None
+    plan = _plan_gib(job / f"{name}.plan.json")
+    step = status or {}
+    reason = None
+    if step.get("status") not in (None, "ok"):
+        reason = step.get("reason") or step.get("status")
+    elif not rows:
+        reason = "no metrics.jsonl rows (the run did not log an iteration)"
+    return {
+        "name": name,
+        "recipe": spec.get("recipe"),
+        "micro": int(spec["micro"]) if (spec.get("micro") or "").isdigit() else spec.get("micro"),
+        "recompute": spec.get("mode"),
+        "sets": [s for s in (spec.get("sets") or "").split(",") if s],
+        "status": step.get("status") or ("ok" if rows else "missing"),
+        "reason": reason,
+        "iterations": len(rows),
+        "tokens_per_s": round(statistics.median(tps)) if tps else None,
+        "mfu": round(statistics.median(mfu), 4) if mfu else None,
+        "peak_gib": round(peak, 2) if peak is not None else None,
+        "plan_gib": plan,
+        "plan_error": round(plan / peak - 1, 4) if plan is not None and peak else None,
+    }
+
+
+def memory(job: Path, steps: list[dict[str, str]]) -> dict[str, Any]:
+    """The phase's section of the record (``steps``: check.sh's steps.tsv rows)."""
+    specs = []
+    try:
+        lines = (job / "memory_runs.tsv").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) == len(COLUMNS):
+            specs.append(dict(zip(COLUMNS, parts, strict=True)))
+    by_step = {s.get("step"): s for s in steps if s.get("phase") == "memory"}
+    runs = [run_row(job, spec, by_step.get(spec["name"])) for spec in specs]
+    errors = [r["plan_error"] for r in runs if r["plan_error"] is not None]
+    return {
+        "method": "zebractl train RECIPE on one GPU, micro = global, the demo corpus; peak = the "
+        "largest memory_gib (torch.cuda.max_memory_allocated) of metrics.jsonl; plan = zebractl "
+        "plan --json memory_per_gpu.total_gib with the same settings; plan_error = plan / peak - 1",
+        "runs": runs,
+        "worst_plan_error": max(errors, key=abs) if errors else None,
+    }
