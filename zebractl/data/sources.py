@@ -20,7 +20,8 @@ from pathlib import Path
 
 from zebractl.config.errors import ConfigError
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# a lone surrogate escape (\udXXX) that json.loads lets through: not Unicode text
+SURROGATE = re.compile("[\ud800-\udfff]")
 TEXT_SUFFIXES = (".txt", ".md")
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet", ".arrow", *TEXT_SUFFIXES)
 
@@ -172,7 +173,7 @@ def _jsonl_record(raw: bytes, where: str, text_key: str) -> tuple[str, str]:
     text = obj[text_key]
     if not isinstance(text, str):
         raise InputError(f"{where}: '{text_key}' holds {type(text).__name__}, not text", "not_text")
-    bad = _SURROGATE.search(text)
+    bad = SURROGATE.search(text)
     if bad:
         raise InputError(
             f"{where}: '{text_key}' holds a lone surrogate escape (\\u{ord(bad.group()):04x} at "
@@ -236,7 +237,7 @@ def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str] |
                     f"{path}:row {row}: '{text_key}' holds {type(value).__name__}, not text",
                     "not_text",
                 )
-            elif _SURROGATE.search(value):
+            elif SURROGATE.search(value):
                 yield InputError(
                     f"{path}:row {row}: '{text_key}' holds a lone surrogate, not Unicode text; "
                     "fix the row or pass --skip-bad",
