@@ -240,3 +240,16 @@ def test_recompute_orders_the_activations_and_full_blocks_interpolate():
     assert full < sel < none
     steps = [act("recompute.mode=full", f"recompute.blocks={n}") for n in (2, 6, 10, 16)]
     assert steps == sorted(steps, reverse=True) and steps[-1] == full and steps[0] < none
+
+
+def test_fit_shows_the_largest_micro_batch_under_each_recompute_mode(cli):
+    """zebra_mamba_8B_hybrid on 8 H200s with the distributed optimizer: micro 1 fits without
+    recomputation, 2 (the recipe's) with selective, 12 with full (the plan's model)."""
+    sets = ["--set", "optimizer.impl=megatron", "--set", "parallelism.distributed_optimizer=true"]
+    r = cli("plan", "zebra_mamba_8B_hybrid", *sets, "--gpu-memory", "139.8", "--json")
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.stdout)["fit"]
+    assert fit["by_recompute"] == {"none": 1, "selective": 2, "full": 12}
+    assert fit["micro"] == fit["by_recompute"]["none"]  # the recipe's own mode
+    text = cli("plan", "zebra_mamba_8B_hybrid", *sets, "--gpu-memory", "139.8").stdout
+    assert "fit by recompute.mode (largest micro-batch): none 1, selective 2, full 12" in text

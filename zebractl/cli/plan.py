@@ -153,3 +153,5 @@ def _print(doc: PlanReport) -> None:
                 f"--set batch.micro={ft.micro_dividing_global}",
                 markup=False,
             )
+        modes = ", ".join(f"{m} {n}" for m, n in ft.by_recompute.items())
+        console.print(f"fit by recompute.mode (largest micro-batch): {modes}", markup=False)

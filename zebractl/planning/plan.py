@@ -223,17 +223,13 @@ def fit(cfg: RunConfig, total_params: int, capacity_gib: float) -> dict[str, Any
     """The largest micro-batch whose estimated peak fits ``capacity_gib`` less
     :data:`FIT_HEADROOM`, and the largest that also divides the global batch per data-parallel
     rank (what the recipe can use as it is)."""
-    from zebractl.schemas import bounds
 
     d = derive(cfg)
     e = memory_estimate(cfg, total_params, d)
     usable = capacity_gib * GIB * (1 - FIT_HEADROOM)
     per = e.activations_per_sample + e.lm_head_per_sample
     fixed = e.total(0)
-    best = int((usable - fixed) // per) if usable > fixed else 0
-    best = max(0, min(best, bounds.MICRO))
-    while best > 0 and e.total(best) > usable:  # guard the float division
-        best -= 1
+    best = _largest_micro(e, usable)
     per_rank = cfg.batch.global_ // max(1, d.data_parallel)
     dividing = max((mb for mb in range(1, best + 1) if per_rank % mb == 0), default=0)
     return {
@@ -246,7 +242,31 @@ def fit(cfg: RunConfig, total_params: int, capacity_gib: float) -> dict[str, Any
         "estimate_dividing_gib": _gib(e.total(dividing)) if dividing else None,
         "fixed_gib": _gib(fixed),
         "per_sample_gib": round(per / GIB, 4),
+        "by_recompute": _fit_by_recompute(cfg, total_params, usable),
     }
+
+
+def _fit_by_recompute(cfg: RunConfig, total_params: int, usable: float) -> dict[str, int]:
+    """The largest fitting micro-batch under each recompute mode (full: every block), so that a
+    recipe that does not fit as it is shows what would."""
+    d = derive(cfg)
+    out = {}
+    for mode in ("none", "selective", "full"):
+        rc = cfg.recompute.model_copy(update={"mode": mode, "blocks": None})
+        e = memory_estimate(cfg.model_copy(update={"recompute": rc}), total_params, d)
+        out[mode] = _largest_micro(e, usable)
+    return out
+
+
+def _largest_micro(e: MemoryEstimate, usable: float) -> int:
+    """The largest micro-batch whose estimate fits ``usable`` bytes (0: none)."""
+    from zebractl.schemas import bounds
+
+    per, fixed = e.activations_per_sample + e.lm_head_per_sample, e.total(0)
+    best = max(0, min(int((usable - fixed) // per), bounds.MICRO)) if usable > fixed else 0
+    while best > 0 and e.total(best) > usable:  # guard the float division
+        best -= 1
+    return best
 
 
 def built_parameter_count(m: ModelConfig) -> int | None:

@@ -199,6 +199,8 @@ class PlanFit(StrictModel):
     weight-gradient accumulator), GiB."""
     per_sample_gib: FiniteFloat
     """Added per sample of the micro-batch, GiB."""
+    by_recompute: dict[Literal["none", "selective", "full"], int]
+    """The largest fitting micro-batch under each recompute.mode (full: every block)."""
 
 
 class PlanSequence(StrictModel):
