@@ -81,7 +81,7 @@ def compare(
     say = err if json_out else print
     # one writer per run directory: the report folder's run (RUN_A by default) is locked from here
     # to the end, --fla's reference training included (the trainer locks RUN_A-fla-reference)
-    with lock.hold(rep.lock_dir(folder), "compare", say):
+    with lock.hold(lock.writer_root(folder), "compare", say):
         _compare(run_a, run_b, fla, assert_, tol, folder, force, json_out, say)
 
 

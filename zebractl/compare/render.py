@@ -121,13 +121,12 @@ def plots(r: Any, folder: Path) -> list[Path]:
 def write(r: Any, folder: Path) -> Any:
     """Write every file; returns the report with ``files`` filled in.
 
-    Under the lock of the run directory holding ``folder`` (:func:`~zebractl.compare.report.lock_dir`;
+    Under the lock of the run directory holding ``folder`` (:func:`~zebractl.run.lock.writer_root`;
     re-entrant: ``zebractl compare`` holds it for the whole command already)."""
-    from zebractl.compare.report import lock_dir
     from zebractl.run import lock
     from zebractl.run.rundir import write_text_atomic
 
-    with lock.hold(lock_dir(folder), "compare"):
+    with lock.hold(lock.writer_root(folder), "compare"):
         folder.mkdir(parents=True, exist_ok=True)
         pngs = plots(r, folder)
         md = folder / "compare.md"

@@ -15,7 +15,6 @@ that differ in their data, tokenizer, sequence length or global batch are refuse
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,17 +48,6 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
             out |= _flat(v, f"{prefix}{k}.")
         return out
     return {prefix.rstrip("."): d}
-
-
-def lock_dir(folder: Path) -> Path:
-    """The directory whose lock (:mod:`zebractl.run.lock`) a command writing into ``folder`` takes:
-    the nearest run directory at or above it (one holding ``config.resolved.json``), else ``folder``
-    itself. Writing ``RUN/reports/...`` locks ``RUN``, the directory its train locks. (The same rule as
-    :func:`zebractl.evaluate.harness.lock_dir`.)"""
-    from zebractl.run.rundir import RunDir
-
-    here = Path(os.path.abspath(folder))
-    return next((p for p in (here, *here.parents) if (p / RunDir.CONFIG).is_file()), here)
 
 
 def check_run(path: Path) -> Path:

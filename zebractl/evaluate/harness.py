@@ -314,17 +314,6 @@ def _is_hf_folder(path: Path) -> bool:
     )
 
 
-def lock_dir(folder: Path) -> Path:
-    """The directory whose lock (:mod:`zebractl.run.lock`) a command writing into ``folder`` takes:
-    the nearest run directory at or above it (one holding ``config.resolved.json``), else ``folder``
-    itself. Writing ``RUN/eval/`` locks ``RUN``, the directory its train locks. (The same rule as
-    :func:`zebractl.compare.report.lock_dir`.)"""
-    from zebractl.run.rundir import RunDir
-
-    here = Path(os.path.abspath(folder))
-    return next((p for p in (here, *here.parents) if (p / RunDir.CONFIG).is_file()), here)
-
-
 def write_dir(model_path: Path, output: Path | None) -> Path:
     """The folder :func:`evaluate` writes ``eval/`` into: ``output``, else the run directory of a
     run or checkpoint (the run's own, as :func:`open_model` finds it), else the model folder."""
@@ -403,8 +392,8 @@ def evaluate(
     """Evaluate (see the module docstring); returns the EvalReport written.
 
     Every call writes (``eval/results.json`` and the task YAMLs under :func:`write_dir`), so every
-    call holds the lock of the directory it writes into (:func:`lock_dir`: the run directory by
-    default), taken after the usage checks and before torch is imported: an eval
+    call holds the lock of the directory it writes into (:func:`zebractl.run.lock.writer_root`:
+    the run directory by default), taken after the usage checks and before torch is imported: an eval
     of a run that a train is writing to (or a second eval of it) fails at once naming the holder.
     Only the output is locked: a run read but not written (``output`` elsewhere, ``data_run``) is
     evaluated while it trains, from its newest complete checkpoint."""
@@ -424,7 +413,7 @@ def evaluate(
     )
     # one writer per run directory: OUTPUT/eval/ is written under the lock of the run holding it
     # (a train of it, or a second eval, is refused), taken before torch is imported
-    with lock.hold(lock_dir(output), "eval", console):
+    with lock.hold(lock.writer_root(output), "eval", console):
         return _evaluate(
             model_path,
             chosen,

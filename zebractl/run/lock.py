@@ -180,6 +180,16 @@ def hold(
         _release(fd)
 
 
+def writer_root(folder: Path) -> Path:
+    """The directory whose lock a command writing into ``folder`` takes: the nearest run directory
+    at or above it (one holding ``config.resolved.json``), else ``folder`` itself. Writing
+    ``RUN/eval/`` or ``RUN/reports/...`` locks ``RUN``, the directory its train locks."""
+    from zebractl.run.rundir import RunDir
+
+    here = Path(os.path.abspath(folder))
+    return next((p for p in (here, *here.parents) if (p / RunDir.CONFIG).is_file()), here)
+
+
 def holder(folder: Path) -> LockHolder | None:
     """Who the lock file of ``folder`` names (None when there is none or it was released)."""
     try:
