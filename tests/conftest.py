@@ -11,6 +11,8 @@ import importlib.util
 import json
 import os
 import random
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -168,6 +170,57 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="Rewrite tests/golden/*.txt from a fresh run instead of comparing with them.",
     )
+
+
+# ---- a lock held by another process (zebractl.run.lock)
+
+
+class LockHolders:
+    """Child processes that each hold the lock of a folder (as ``COMMAND`` would) until ended."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, folder: Path, command: str = "train") -> subprocess.Popen:
+        """A live process holding the lock of ``folder``, once this returns."""
+        code = textwrap.dedent(
+            f"""
+            import sys
+            from zebractl.run import lock
+            with lock.hold({str(folder)!r}, {command!r}, lambda s: None):
+                print("held", flush=True)
+                sys.stdin.read()
+            """
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        return proc
+
+    @staticmethod
+    def end(proc: subprocess.Popen) -> None:
+        """Let it release the lock and exit (a killed one: reap it); idempotent."""
+        assert proc.stdin is not None and proc.stdout is not None
+        if not proc.stdin.closed:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+@pytest.fixture
+def lock_holders() -> Iterator[LockHolders]:
+    """Start processes holding a folder's lock (``lock_holders.start(folder, "prepare")``); every
+    one still running is ended after the test."""
+    holders = LockHolders()
+    yield holders
+    for proc in holders.procs:
+        holders.end(proc)
 
 
 # ---- the prepared demo corpus and fast tiny runs (training, conversion tests)

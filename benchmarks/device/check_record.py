@@ -42,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record_memory  # noqa: E402  (beside this file: the memory phase's rows)
+from record_io import num, read_json, read_kv, read_text, read_tsv, train_rows  # noqa: E402
 
 SCHEMA = "zebractl-gpu-check/1"
 PHASES = ("setup", "perf", "memory", "tests", "parity", "eval")
@@ -65,61 +66,6 @@ VERSION_DISTS = {
 }
 FINGERPRINT_PARTS = ("zebractl", "benchmarks", "tests", "presets", "recipes", "schemas")
 FINGERPRINT_FILES = ("pyproject.toml",)
-
-
-# ---- small readers: each returns None (or empty) for a missing or damaged file, never raises
-
-
-def read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-
-
-def read_json(path: Path) -> Any:
-    text = read_text(path)
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        # a --json report is the last document on stdout; anything before it is noise
-        start = text.find("\n{")
-        while start != -1:
-            try:
-                return json.loads(text[start + 1 :])
-            except ValueError:
-                start = text.find("\n{", start + 1)
-        return None
-
-
-def read_kv(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in (read_text(path) or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.startswith("#"):
-            out[key.strip()] = value.strip()
-    return out
-
-
-def read_tsv(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
-    rows = []
-    for line in (read_text(path) or "").splitlines():
-        if not line.strip():
-            continue
-        cells = line.split("\t")
-        cells += [""] * (len(columns) - len(cells))
-        rows.append(dict(zip(columns, cells, strict=False)))
-    return rows
-
-
-def num(value: Any) -> float | None:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x and x not in (float("inf"), float("-inf")) else None
 
 
 _STAMP = re.compile(r"^\d\d:\d\d:\d\d(\.\d+)? ")
@@ -207,18 +153,6 @@ def pytest_log(path: Path) -> dict[str, Any] | None:
         "pytest_seconds": None,
         "source": "log (no junit XML: pytest was stopped before writing it)",
     }
-
-
-def train_rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in (read_text(path) or "").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("kind") == "train":
-            rows.append(row)
-    return rows
 
 
 def ours_throughput(job: Path, recipe: str) -> dict[str, Any]:

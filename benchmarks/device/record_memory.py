@@ -12,52 +12,33 @@ that failed or never ran is a row of nulls with the reason, never an exception.
 
 from __future__ import annotations
 
-import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record_io import num, read_json, read_tsv, train_rows  # noqa: E402
 
 COLUMNS = ("name", "recipe", "micro", "mode", "sets")
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("kind") == "train":
-            out.append(row)
-    return out
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    return float(x) if x == x and abs(x) != float("inf") else None
-
-
 def _plan_gib(path: Path) -> float | None:
+    doc = read_json(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return _num(doc["memory_per_gpu"]["total_gib"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return num(doc["memory_per_gpu"]["total_gib"])
+    except (KeyError, TypeError):
         return None
 
 
 def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> dict[str, Any]:
     """One run of the phase: what was asked, what was measured, how far the plan was."""
     name = spec["name"]
-    rows = _rows(job / "runs" / name / "metrics.jsonl")
-    steady = [r for r in rows if (_num(r.get("iteration")) or 0) > 2]
-    tps = [t for t in (_num(r.get("tokens_per_s")) for r in steady) if t is not None]
-    mfu = [m for m in (_num(r.get("mfu")) for r in steady) if m is not None]
-    mem = [g for g in (_num(r.get("memory_gib")) for r in rows) if g is not None]
+    rows = train_rows(job / "runs" / name / "metrics.jsonl")
+    steady = [r for r in rows if (num(r.get("iteration")) or 0) > 2]
+    tps = [t for t in (num(r.get("tokens_per_s")) for r in steady) if t is not None]
+    mfu = [m for m in (num(r.get("mfu")) for r in steady) if m is not None]
+    mem = [g for g in (num(r.get("memory_gib")) for r in rows) if g is not None]
     peak = max(mem) if mem else None
     plan = _plan_gib(job / f"{name}.plan.json")
     step = status or {}
@@ -85,15 +66,7 @@ def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> d
 
 def memory(job: Path, steps: list[dict[str, str]]) -> dict[str, Any]:
     """The phase's section of the record (``steps``: check.sh's steps.tsv rows)."""
-    specs = []
-    try:
-        lines = (job / "memory_runs.tsv").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        parts = line.split("\t")
-        if len(parts) == len(COLUMNS):
-            specs.append(dict(zip(COLUMNS, parts, strict=True)))
+    specs = [r for r in read_tsv(job / "memory_runs.tsv", COLUMNS) if r["name"] and r["recipe"]]
     by_step = {s.get("step"): s for s in steps if s.get("phase") == "memory"}
     runs = [run_row(job, spec, by_step.get(spec["name"])) for spec in specs]
     errors = [r["plan_error"] for r in runs if r["plan_error"] is not None]

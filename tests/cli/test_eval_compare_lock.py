@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -43,35 +42,6 @@ def _hf_dir(path: Path) -> Path:
     (path / "config.json").write_text('{"model_type": "zebra"}')
     (path / "model.safetensors").write_bytes(b"")
     return path
-
-
-def _train_holding(folder: Path) -> subprocess.Popen:
-    """Another live process holding the lock of ``folder`` as a train does, until stdin closes."""
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from zebractl.run import lock
-        with lock.hold({str(folder)!r}, "train", lambda s: None):
-            print("held", flush=True)
-            sys.stdin.read()
-        """
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def _end(proc: subprocess.Popen) -> None:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
-    proc.stdout.close()
 
 
 def _zebractl(*args: str) -> tuple[subprocess.CompletedProcess, float]:
@@ -124,61 +94,61 @@ def test_the_locked_directory_is_the_run_holding_the_output(tmp_path):
 # ---- eval
 
 
-def test_eval_of_a_run_in_use_exits_2_within_2_s_naming_the_holder(tmp_path):
+def test_eval_of_a_run_in_use_exits_2_within_2_s_naming_the_holder(tmp_path, lock_holders):
     run = _run_dir(tmp_path / "run")
-    proc = _train_holding(run)
+    proc = lock_holders.start(run)
     try:
         done, took = _zebractl("eval", str(run), "--tasks", "piqa", "--json")
         _refused_by(done, took, proc)
         assert done.stdout == ""  # --json: no document for a refusal
         assert lock.holder(run).pid == proc.pid  # the holder's lock file is untouched
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert not (run / "eval").exists()  # refused before anything was written
 
 
-def test_eval_of_a_checkpoint_locks_its_run(tmp_path):
+def test_eval_of_a_checkpoint_locks_its_run(tmp_path, lock_holders):
     run = _run_dir(tmp_path / "run")
     ckpt = run / "checkpoints" / "iter_0000002"
     ckpt.mkdir(parents=True)
-    proc = _train_holding(run)
+    proc = lock_holders.start(run)
     try:
         _refused_by(*_zebractl("eval", str(ckpt), "--tasks", "piqa"), proc)
     finally:
-        _end(proc)
+        lock_holders.end(proc)
 
 
-def test_eval_of_a_hugging_face_folder_in_use_exits_2(tmp_path):
+def test_eval_of_a_hugging_face_folder_in_use_exits_2(tmp_path, lock_holders):
     folder = _hf_dir(tmp_path / "hf")
-    proc = _train_holding(folder)
+    proc = lock_holders.start(folder)
     try:
         _refused_by(*_zebractl("eval", str(folder), "--tasks", "piqa"), proc)
     finally:
-        _end(proc)
+        lock_holders.end(proc)
 
 
-def test_eval_usage_errors_come_before_the_lock(tmp_path):
+def test_eval_usage_errors_come_before_the_lock(tmp_path, lock_holders):
     run = _run_dir(tmp_path / "run")
-    proc = _train_holding(run)
+    proc = lock_holders.start(run)
     try:
         done, _ = _zebractl("eval", str(run), "--tasks", "nope")
         assert done.returncode == 2 and "unknown task 'nope'" in done.stderr, done.stderr
         done, _ = _zebractl("eval", str(tmp_path / "nope"))
         assert done.returncode == 2 and "no such model folder" in done.stderr, done.stderr
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert not (tmp_path / "nope").exists()  # no lock file (nor folder) made for a missing model
 
 
-def test_eval_writing_elsewhere_only_reads_the_run_and_is_not_refused(cli, tmp_path):
+def test_eval_writing_elsewhere_only_reads_the_run_and_is_not_refused(cli, tmp_path, lock_holders):
     """--output outside the run: the run being trained is read, not written, and not locked."""
     run = _run_dir(tmp_path / "run")
     out = tmp_path / "out"
-    proc = _train_holding(run)
+    proc = lock_holders.start(run)
     try:
         r = cli("eval", str(run), "--tasks", "wikitext-like", "--output", str(out))
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert r.exit_code == 2 and NOT_A_CONFIG in r.stderr, r.output  # past the lock: reading it
     assert "in use" not in r.stderr
     assert lock.holder(out) is None and (out / lock.LOCK).is_file()  # OUTPUT's lock, released
@@ -195,17 +165,19 @@ def test_eval_takes_over_a_stale_lock_with_a_note(cli, tmp_path):
 # ---- compare
 
 
-def test_compare_into_a_run_in_use_exits_2_within_2_s_naming_the_holder(tmp_path):
+def test_compare_into_a_run_in_use_exits_2_within_2_s_naming_the_holder(tmp_path, lock_holders):
     a, b = _run_dir(tmp_path / "a"), _run_dir(tmp_path / "b")
-    proc = _train_holding(a)
+    proc = lock_holders.start(a)
     try:
         _refused_by(*_zebractl("compare", str(a), str(b), "--json"), proc)
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert not (a / "reports").exists()  # refused before anything was written
 
 
-def test_compare_fla_of_a_run_in_use_is_refused_before_training_the_reference(tmp_path):
+def test_compare_fla_of_a_run_in_use_is_refused_before_training_the_reference(
+    tmp_path, lock_holders
+):
     from zebractl.config.errors import ConfigError
     from zebractl.deps import require
 
@@ -214,33 +186,33 @@ def test_compare_fla_of_a_run_in_use_is_refused_before_training_the_reference(tm
     except ConfigError as exc:
         pytest.skip(str(exc))
     a = _run_dir(tmp_path / "a")
-    proc = _train_holding(a)
+    proc = lock_holders.start(a)
     try:
         _refused_by(*_zebractl("compare", str(a), "--fla"), proc)
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert not (a / "reports").exists() and not (tmp_path / "a-fla-reference").exists()
 
 
-def test_compare_reading_a_run_in_use_is_not_refused(cli, tmp_path):
+def test_compare_reading_a_run_in_use_is_not_refused(cli, tmp_path, lock_holders):
     """RUN_B is only read: a train of it does not stop a compare into RUN_A."""
     a, b = _run_dir(tmp_path / "a"), _run_dir(tmp_path / "b")
-    proc = _train_holding(b)
+    proc = lock_holders.start(b)
     try:
         r = cli("compare", str(a), str(b))
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     assert r.exit_code == 2 and NOT_A_CONFIG in r.stderr, r.output  # past the lock: reading them
     assert "in use" not in r.stderr and lock.holder(a) is None
 
 
-def test_compare_with_output_in_a_run_in_use_is_refused(tmp_path):
+def test_compare_with_output_in_a_run_in_use_is_refused(tmp_path, lock_holders):
     a, b = _run_dir(tmp_path / "a"), _run_dir(tmp_path / "b")
-    proc = _train_holding(b)
+    proc = lock_holders.start(b)
     try:
         _refused_by(*_zebractl("compare", str(a), str(b), "--output", str(b / "reports/x")), proc)
     finally:
-        _end(proc)
+        lock_holders.end(proc)
 
 
 def test_compare_takes_over_a_stale_lock_with_a_note(cli, tmp_path):

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -15,35 +12,6 @@ from zebractl.config.errors import ConfigError
 from zebractl.run import lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _other_process_holding(folder):
-    """A child process that holds the lock of ``folder`` until its stdin closes."""
-    code = textwrap.dedent(
-        f"""
-        import sys
-        from zebractl.run import lock
-        with lock.hold({str(folder)!r}, "prepare", lambda s: None):
-            print("held", flush=True)
-            sys.stdin.read()
-        """
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
-
-
-def _end(proc):
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.close()
-    proc.wait(timeout=30)
-    proc.stdout.close()
 
 
 def test_the_lock_file_names_the_holder_and_is_emptied_on_release(tmp_path):
@@ -61,9 +29,9 @@ def test_the_lock_file_names_the_holder_and_is_emptied_on_release(tmp_path):
     assert notes == []
 
 
-def test_a_second_process_is_refused_naming_the_holder(tmp_path):
+def test_a_second_process_is_refused_naming_the_holder(tmp_path, lock_holders):
     folder = tmp_path / "run"
-    proc = _other_process_holding(folder)
+    proc = lock_holders.start(folder, "prepare")
     try:
         with pytest.raises(ConfigError) as info, lock.hold(folder, "train"):
             pass
@@ -71,16 +39,16 @@ def test_a_second_process_is_refused_naming_the_holder(tmp_path):
         assert f"PID {proc.pid} on {socket.gethostname()}" in msg and "zebractl prepare" in msg
         assert "\n" not in msg
     finally:
-        _end(proc)
+        lock_holders.end(proc)
     with lock.hold(folder, "train"):  # released when its holder ended: free again, no note
         pass
 
 
-def test_a_holder_killed_releases_the_lock_and_is_taken_over_with_a_note(tmp_path):
+def test_a_holder_killed_releases_the_lock_and_is_taken_over_with_a_note(tmp_path, lock_holders):
     folder = tmp_path / "run"
-    proc = _other_process_holding(folder)
+    proc = lock_holders.start(folder, "prepare")
     proc.kill()
-    _end(proc)
+    lock_holders.end(proc)
     assert lock.holder(folder).pid == proc.pid  # the file still names the dead process
     notes: list[str] = []
     with lock.hold(folder, "train", notes.append):
