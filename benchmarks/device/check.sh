@@ -43,9 +43,9 @@
 #   PHASES="perf tests parity eval"  which phases (default these, always in this order); a phase
 #                                    that fails does not stop the others. memory (after perf, alone
 #                                    on the GPU) only when named: PHASES=memory CHECK_BUDGET=0
-#   CHECK_MEMORY_RUNS="RECIPE:MICRO|fit:MODE[:SET,...] ..."  the memory phase's runs (default: the
-#                                    1B/3B hybrids at plan --fit's micro, the 8B's blocks at depth
-#                                    4 and 8: the difference is one block's share, issue 27)
+#   CHECK_MEMORY_RUNS="RECIPE[:MICRO|fit[:MODE[:SET,...]]] ..."  the memory phase's runs (default:
+#                                    the one-GPU 1B/3B recipes as shipped, the 8B's blocks at depth
+#                                    4 and 8, three runs of other recompute modes; issue 27)
 #   CHECK_MEMORY_ITERS=20  CHECK_MEMORY_CAP=300 (seconds per run)
 #   CHECK_BUDGET=720      overall seconds (0: no overall deadline, the caps alone)
 #   CHECK_CAP_SCALE=1     multiply every cap (a slower GPU, locally)
@@ -78,7 +78,9 @@ RESERVE=20
 MIN_STEP=10
 ALL_PHASES="perf tests parity eval"  # PHASES unset: these
 KNOWN_PHASES="perf memory tests parity eval"  # memory: only when named (issue 27's big models)
-MEMORY_RUNS="zebra_mamba_1B_hybrid:fit:none zebra_kda_1B_hybrid:fit:selective zebra_gdn_1B_hybrid:fit:selective zebra_mamba_3B_hybrid:fit:full zebra_mamba_8B_hybrid:2:none:model.num_blocks=4 zebra_mamba_8B_hybrid:2:none:model.num_blocks=8"
+# the one-GPU recipes as shipped; the 8B's blocks at depth 4 and 8 as its 8-GPU recipe trains them
+# (issue 27: the difference is one block's share); recompute modes the shipped ones do not use
+MEMORY_RUNS="zebra_kda_1B_hybrid_1gpu zebra_gdn_1B_hybrid_1gpu zebra_mamba_1B_hybrid_1gpu zebra_mamba_3B_hybrid_1gpu zebra_mamba_8B_hybrid:::model.num_blocks=4 zebra_mamba_8B_hybrid:::model.num_blocks=8 zebra_kda_1B_hybrid_1gpu:fit:selective:schedule.iterations=8 zebra_mamba_3B_hybrid_1gpu:fit:full:schedule.iterations=6 zebra_mamba_1B_hybrid_1gpu:fit::data.seq_length=8192,schedule.iterations=8"
 PERF_RECIPES="kda_300M gdn_300M"
 PARITY_RECIPE=kda_300M
 
@@ -214,36 +216,60 @@ phase_perf() {
   verdict perf "$t0"
 }
 
-# memory (issue 27): each run of CHECK_MEMORY_RUNS ("RECIPE:MICRO:MODE[:SET,SET...]"; MICRO "fit":
-# the largest micro-batch `zebractl plan --fit` finds for this GPU under that recompute mode) trains
-# CHECK_MEMORY_ITERS iterations on one GPU, micro = global; its plan (`zebractl plan --json`, the same
-# settings) is written beside it; record_memory.py puts peak memory, tokens/s and the plan's error
-# into the record. Checkpoints are deleted after each run (a 3B one is 36 GB of the 64 GB disk).
+# memory (issue 27): each run of CHECK_MEMORY_RUNS ("RECIPE:MICRO:MODE[:SET,SET...]"; MICRO empty:
+# the recipe's, "fit": the largest micro-batch `zebractl plan --fit` finds for this GPU; MODE empty:
+# the recipe's recompute.mode) trains CHECK_MEMORY_ITERS iterations on one GPU with global = micro
+# (no accumulation: the peak is one micro-batch's either way); its plan (`zebractl plan --json`, the
+# same settings) is written beside it, and, for a run of the recipe as shipped (MICRO and MODE empty),
+# `zebractl train RECIPE --check --json` too. A run that dies of CUDA OOM is tried once more at 3/4
+# of its micro-batch (both runs recorded). record_memory.py puts peak memory, tokens/s, the plan's
+# error and the check's memory verdict into the record. Checkpoints are deleted after each run (a 3B
+# one is 47 GB of the 64 GB disk).
+memory_run() {  # memory_run RECIPE MICRO MODE EXTRA: one training run (fails[] on failure)
+  local recipe=$1 micro=$2 mode=$3 extra=$4 name sets=() x rc
+  sets=(--set "schedule.iterations=${CHECK_MEMORY_ITERS:-20}" --set schedule.warmup_iterations=1)
+  [ -n "$mode" ] && sets+=(--set "recompute.mode=$mode")
+  local IFS_=$IFS; IFS=,; for x in $extra; do sets+=(--set "$x"); done; IFS=$IFS_
+  if [ "$micro" = fit ]; then
+    micro=$("$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --gpu-memory "${gib:-139.8}" --json 2>> "$JOB/logs/memory_plan.log" \
+      | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["fit"]["micro"] or "")' 2>> "$JOB/logs/memory_plan.log")
+    [ -n "$micro" ] || { fails+=("$recipe: plan --fit found no micro-batch"); return 1; }
+  elif [ -z "$micro" ]; then
+    micro=$("$PY" -m zebractl config show "$recipe" "${TRAIN[@]}" "${sets[@]}" --json 2>> "$JOB/logs/memory_plan.log" \
+      | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["config"]["batch"]["micro"])' 2>> "$JOB/logs/memory_plan.log")
+    [ -n "$micro" ] || { fails+=("$recipe: config show gave no micro-batch"); return 1; }
+  fi
+  sets+=(--set "batch.micro=$micro" --set "batch.global=$micro")
+  name="memory_${recipe}_m${micro}_${mode:-shipped}${extra:+_$(printf '%s' "$extra" | tr -c 'A-Za-z0-9=\n' '_')}"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$recipe" "$micro" "${mode:-shipped}" "$extra" >> "$JOB/memory_runs.tsv"
+  "$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --json > "$JOB/$name.plan.json" 2>> "$JOB/logs/memory_plan.log"
+  gpu_step memory "$name" "${CHECK_MEMORY_CAP:-300}" TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" "${sets[@]}" \
+    --output "$JOB/runs/$name" --json
+  rc=$?
+  rm -rf "$JOB/runs/$name/checkpoints"
+  [ $rc = 0 ] && return 0
+  fails+=("$(why "$name" $rc)")
+  if [ "${5:-}" != retry ] && [ "$micro" -gt 1 ] && grep -qi 'out of memory' "$JOB/logs/$name.log" 2>/dev/null; then
+    memory_run "$recipe" $(( micro * 3 / 4 )) "$mode" "$extra" retry
+  fi
+  return $rc
+}
+
 phase_memory() {
-  local t0; t0=$(now); local fails=() rc spec recipe micro mode extra name sets cap gib x
+  local t0; t0=$(now); local fails=() spec recipe micro mode extra gib
   need_gpu memory "$t0" && need_data memory "$t0" || return 0
   train_args
   gib=$(awk -F', ' 'NR==1 {printf "%.1f", $2 / 1024}' "$JOB/gpu.csv" 2>/dev/null)
   : > "$JOB/memory_runs.tsv"
   for spec in ${CHECK_MEMORY_RUNS:-$MEMORY_RUNS}; do
     IFS=: read -r recipe micro mode extra <<< "$spec"
-    sets=(--set "recompute.mode=${mode:-none}" --set "schedule.iterations=${CHECK_MEMORY_ITERS:-20}"
-          --set schedule.warmup_iterations=1)
-    local IFS_=$IFS; IFS=,; for x in $extra; do sets+=(--set "$x"); done; IFS=$IFS_
-    if [ "$micro" = fit ]; then
-      micro=$("$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --gpu-memory "${gib:-139.8}" --json 2>> "$JOB/logs/memory_plan.log" \
-        | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["fit"]["micro"] or "")' 2>> "$JOB/logs/memory_plan.log")
-      [ -n "$micro" ] || { fails+=("$recipe: plan --fit found no micro-batch"); continue; }
+    if [ -z "$micro$mode$extra" ]; then  # as shipped: its pre-flight check first
+      gpu_step memory "check_$recipe" 90 TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" \
+        --output "$JOB/runs/check_$recipe" --check --json
+      [ $? = 0 ] || fails+=("check_$recipe: zebractl train --check failed")
+      cp "$JOB/logs/check_$recipe.out" "$JOB/check_$recipe.json" 2>/dev/null
     fi
-    sets+=(--set "batch.micro=$micro" --set "batch.global=$micro")
-    name="memory_${recipe}_m${micro}_${mode:-none}${extra:+_$(printf '%s' "$extra" | tr -c 'A-Za-z0-9=\n' '_')}"
-    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$recipe" "$micro" "${mode:-none}" "$extra" >> "$JOB/memory_runs.tsv"
-    "$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --json > "$JOB/$name.plan.json" 2>> "$JOB/logs/memory_plan.log"
-    cap=${CHECK_MEMORY_CAP:-300}
-    gpu_step memory "$name" "$cap" TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" "${sets[@]}" \
-      --output "$JOB/runs/$name" --json
-    rc=$?; [ $rc = 0 ] || fails+=("$(why "$name" $rc)")
-    rm -rf "$JOB/runs/$name/checkpoints"
+    memory_run "$recipe" "$micro" "$mode" "$extra"
   done
   verdict memory "$t0"
 }

@@ -634,6 +634,7 @@ def summary(record: dict[str, Any]) -> str:
             + (
                 f"{_tps(r.get('tokens_per_s'))} tok/s, peak {r.get('peak_gib')} GiB, plan "
                 f"{r.get('plan_gib')} ({_pct(r.get('plan_error'))})"
+                + (f", --check memory {r['check'].get('memory')}" if r.get("check") else "")
                 if r.get("peak_gib") is not None
                 else str(r.get("reason") or r.get("status"))[:80]
             )

@@ -23,12 +23,25 @@ from record_io import num, read_json, read_tsv, train_rows  # noqa: E402
 COLUMNS = ("name", "recipe", "micro", "mode", "sets")
 
 
-def _plan_gib(path: Path) -> float | None:
+def _plan(path: Path) -> tuple[float | None, str | None]:
+    """The plan's estimate (GiB) and its recompute label (``full (N of B blocks)``)."""
     doc = read_json(path)
     try:
-        return num(doc["memory_per_gpu"]["total_gib"])
+        m = doc["memory_per_gpu"]
     except (KeyError, TypeError):
+        return None, None
+    label = m.get("recompute") if isinstance(m, dict) else None
+    return num(m.get("total_gib")) if isinstance(m, dict) else None, label
+
+
+def _check(path: Path) -> dict[str, Any] | None:
+    """`zebractl train RECIPE --check --json`'s verdict and its memory row (None: not run)."""
+    doc = read_json(path)
+    if not isinstance(doc, dict):
         return None
+    rows = {c.get("name"): c for c in doc.get("checks") or [] if isinstance(c, dict)}
+    mem = rows.get("memory") or {}
+    return {"ok": doc.get("ok"), "memory": mem.get("status"), "detail": mem.get("detail")}
 
 
 def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> dict[str, Any]:
@@ -40,7 +53,8 @@ def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> d
     mfu = [m for m in (num(r.get("mfu")) for r in steady) if m is not None]
     mem = [g for g in (num(r.get("memory_gib")) for r in rows) if g is not None]
     peak = max(mem) if mem else None
-    plan = _plan_gib(job / f"{name}.plan.json")
+    plan, label = _plan(job / f"{name}.plan.json")
+    shipped = spec.get("mode") == "shipped" and not spec.get("sets")
     step = status or {}
     reason = None
     if step.get("status") not in (None, "ok"):
@@ -51,7 +65,8 @@ def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> d
         "name": name,
         "recipe": spec.get("recipe"),
         "micro": int(spec["micro"]) if (spec.get("micro") or "").isdigit() else spec.get("micro"),
-        "recompute": spec.get("mode"),
+        "recompute": label or spec.get("mode"),
+        "as_shipped": shipped,
         "sets": [s for s in (spec.get("sets") or "").split(",") if s],
         "status": step.get("status") or ("ok" if rows else "missing"),
         "reason": reason,
@@ -61,6 +76,7 @@ def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> d
         "peak_gib": round(peak, 2) if peak is not None else None,
         "plan_gib": plan,
         "plan_error": round(plan / peak - 1, 4) if plan is not None and peak else None,
+        "check": _check(job / f"check_{spec.get('recipe')}.json") if shipped else None,
     }
 
 
@@ -71,7 +87,8 @@ def memory(job: Path, steps: list[dict[str, str]]) -> dict[str, Any]:
     runs = [run_row(job, spec, by_step.get(spec["name"])) for spec in specs]
     errors = [r["plan_error"] for r in runs if r["plan_error"] is not None]
     return {
-        "method": "zebractl train RECIPE on one GPU, micro = global, the demo corpus; peak = the "
+        "method": "zebractl train RECIPE on one GPU, micro = global (the recipe's micro-batch, "
+        "no accumulation), the demo corpus; peak = the "
         "largest memory_gib (torch.cuda.max_memory_allocated) of metrics.jsonl; plan = zebractl "
         "plan --json memory_per_gpu.total_gib with the same settings; plan_error = plan / peak - 1",
         "runs": runs,

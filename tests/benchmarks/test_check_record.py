@@ -270,9 +270,18 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
     run that was cut or never logged is a row of nulls with the reason."""
     job = _job(tmp_path, phases="memory")
     ok, cut = "memory_zebra_kda_1B_hybrid_m13_selective", "memory_zebra_mamba_3B_hybrid_m20_full"
+    shipped = "memory_zebra_kda_1B_hybrid_1gpu_m8_shipped"
     (job / "memory_runs.tsv").write_text(
         f"{ok}\tzebra_kda_1B_hybrid\t13\tselective\t\n"
         f"{cut}\tzebra_mamba_3B_hybrid\t20\tfull\tmodel.num_blocks=4,kernels.precompile=false\n"
+        f"{shipped}\tzebra_kda_1B_hybrid_1gpu\t8\tshipped\t\n"
+    )
+    (job / f"{shipped}.plan.json").write_text(
+        json.dumps({"memory_per_gpu": {"total_gib": 112.1, "recompute": "none"}})
+    )
+    memory_row = {"name": "memory", "status": "ok", "detail": "estimate 112.1 GiB per GPU"}
+    (job / "check_zebra_kda_1B_hybrid_1gpu.json").write_text(
+        "a warning first\n" + json.dumps({"ok": True, "checks": [memory_row]})
     )
     runs = job / "runs" / ok
     runs.mkdir(parents=True)
@@ -291,7 +300,7 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
     (job / "phases.tsv").write_text("memory\tfailed\t1800000010\t1800000430\tcut stopped\n")
     rec = cr.build(job)
     mem = rec["memory"]
-    a, b = mem["runs"]
+    a, b, c = mem["runs"]
     assert (a["micro"], a["recompute"], a["tokens_per_s"], a["mfu"]) == (
         13,
         "selective",
@@ -307,6 +316,10 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
         "timeout",
     )
     assert "time limit" in b["reason"] and mem["worst_plan_error"] == 0.05
+    # as shipped: the plan's own recompute label and the pre-flight check's memory verdict
+    assert (c["recompute"], c["as_shipped"], c["status"]) == ("none", True, "missing")
+    assert c["check"] == {"ok": True, "memory": "ok", "detail": memory_row["detail"]}
+    assert a["check"] is None and not a["as_shipped"]
     assert rec["phases"]["memory"]["status"] == "failed" and rec["wall_s"]["memory"] == 420.0
     text = cr.summary(rec)
     assert (
