@@ -129,3 +129,41 @@ def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp
     assert on.keys() == off.keys() == {1, 2, 3}
     assert on[1] == off[1]
     assert all(abs(on[i] - off[i]) <= 1e-3 * abs(off[i]) for i in on), (on, off)
+
+
+def test_a_setup_failure_waits_for_the_compile_threads(fast, tmp_path, monkeypatch):
+    """A setup error after the compile started (here: the datasets) waits for the compile threads
+    before it propagates: an interpreter exiting under a thread in nvcc or ptxas aborted the
+    process (exit 134, "terminate called without an active exception", H200 2026-12-02) where the
+    error's own exit code belonged. A data mistake is found before any compile starts."""
+    import threading
+
+    from zebractl.config.errors import ConfigError
+    from zebractl.train import data
+
+    release = threading.Event()
+    job = precompile.Precompile(thread=threading.Thread(target=release.wait, daemon=True))
+    started: list[precompile.Precompile] = []
+
+    def start(cfg, device):
+        job.thread.start()
+        threading.Timer(1.5, release.set).start()
+        started.append(job)
+        return job
+
+    def broken(*a, **k):
+        raise ConfigError("the datasets could not be built")
+
+    monkeypatch.setattr(precompile, "start", start)
+    monkeypatch.setattr(data, "build_datasets", broken)
+    msgs: list[str] = []
+    with pytest.raises(ConfigError, match="could not be built"):
+        fast.train("tiny_kda", tmp_path / "a", console=msgs.append)
+    assert started and not job.thread.is_alive()
+    assert any("waiting for the background kernel compilation" in m for m in msgs), msgs
+
+    started.clear()
+    no_held_out = ("data.split=[100, 0, 0]", "validation={interval: 1, iterations: 1}")
+    with pytest.raises(ConfigError, match="no held-out part"):
+        fast.train("tiny_kda", tmp_path / "b", *no_held_out)
+    assert not started  # refused before the compile would start

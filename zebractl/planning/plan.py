@@ -22,13 +22,17 @@ from zebractl.schemas.reports import PlanReport
 
 GIB = 1024**3
 
-FLA_SAVED_PER_VALUE_DIM = {"kda": 9.81, "gdn": 8.32}
-"""Activation elements per token that a KDA / GDN sublayer keeps beyond :func:`_activation_elems_per_token`'s
-analytic count, per unit of the mixer's value_dim: what FLA's chunked kernels save for backward
-(fp32 gate cumsums, intra-chunk matrices). Fitted to the peak memory of kda_300M and gdn_300M on one
-H200 at micro-batches 16, 64 and 96 (benchmarks/results/2026-12-01_h200_issue12, seq 2048; the
-torch_fused engine, before the fused residual add: see :data:`RESIDUAL_KEPT_PER_HIDDEN`).
-Mamba2 and MLA sublayers are counted analytically only (not yet measured)."""
+FLA_SAVED_PER_VALUE_DIM = {"kda": 9.81, "gdn": 8.32, "mamba2": 13.37}
+"""Activation elements per token that a KDA / GDN / Mamba2 sublayer keeps beyond
+:func:`_activation_elems_per_token`'s analytic count, per unit of the mixer's value_dim (Mamba2:
+d_inner): what FLA's chunked kernels save for backward (fp32 gate cumsums, intra-chunk matrices)
+and, for Mamba2, its B and C broadcast from groups to heads in bf16 and fp32 for the SSD kernel.
+KDA / GDN: fitted to the peak memory of kda_300M and gdn_300M on one H200 at micro-batches 16, 64
+and 96 (benchmarks/results/2026-12-01_h200_issue12, seq 2048; the torch_fused engine, before the
+fused residual add: see :data:`RESIDUAL_KEPT_PER_HIDDEN`). Mamba2: the deficit of the analytic
+count in zebra_mamba_1B_hybrid (seq 2048, micro 24: 13.48) and zebra_mamba_3B_hybrid (seq 8192,
+micro 2: 13.27) on one H200, the megatron engine (GPU check 2026-12-02-454ff45.memory*.json).
+MLA is counted analytically (the KDA and GDN 1B hybrids' peaks measured within 8% with it)."""
 RESIDUAL_KEPT_PER_HIDDEN = 1.32
 """Elements per token and unit of hidden size that each sublayer keeps for its pre-norm and
 residual (the analytic count is 2: the norm's input and output). With the residual add fused into
@@ -85,7 +89,7 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
         di = m.mamba2_dims.d_inner
         in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
         conv = di + 2 * m.mamba2.num_groups * m.mamba2.state_dim
-        return r + in_rows + conv + 3 * di
+        return r + in_rows + conv + 3 * di + round(FLA_SAVED_PER_VALUE_DIM[kind] * di)
     assert m.mla is not None
     a = m.mla
     q = a.num_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)

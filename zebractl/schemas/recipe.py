@@ -106,9 +106,8 @@ class ParallelismConfig(StrictModel):
     distributed_optimizer: bool = False
     """Shard the fp32 main parameters and Adam state across data-parallel ranks (ZeRO-1; needs
     optimizer.impl megatron). Checkpoints hold megatron's per-bucket shards (dp_reshardable).
-    Resuming restores Adam's step count, which megatron-core 0.16.1 resets to 0 on load (the cause
-    of the H200 test's resumed losses leaving the uninterrupted run's); that the resume is now
-    bitwise awaits the GPU test, and `zebractl train` says so when this is on."""
+    Resuming restores Adam's step count, which megatron-core 0.16.1 resets to 0 on load; the resume
+    is bitwise (the H200 test of the megatron engine, GPU check of 2026-12-02)."""
 
 
 class CheckpointConfig(StrictModel):

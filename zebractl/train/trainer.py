@@ -135,11 +135,10 @@ class Trainer:
 
     def setup(self) -> None:
         """Process group, checks, data, model and engine, schedule, resume, metrics."""
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         from zebractl.runtime import dist
-        from zebractl.train.data import build_datasets, resolve_data
-        from zebractl.train.engine import build_engine, check_engine
+        from zebractl.train.data import resolve_data
+        from zebractl.train.engine import check_engine
 
         cfg = self.cfg
         p = cfg.parallelism
@@ -175,17 +174,54 @@ class Trainer:
                     "--reference starts from zebractl's own initialisation of the recipe; "
                     "--init-from does not apply"
                 )
+        # the data's own mistakes (a vocabulary larger than the model's, no held-out part) before
+        # any kernel compiles: they end the run at once
+        spec = resolve_data(cfg)
+        val = cfg.validation
+        has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
+        if val is not None and not has_held_out:
+            raise ConfigError(
+                f"validation is on (every {val.interval} iterations) but the data has no held-out "
+                "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
+                "validation: null"
+            )
         from zebractl.train import precompile
 
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
+        try:
+            self._build(spec)
+        except BaseException:
+            # the compile threads run C++ (nvcc, ptxas): an interpreter exiting under them aborts
+            # the process (exit 134) instead of reporting the error
+            if compiling is not None:
+                self.console("setup failed: waiting for the background kernel compilation to end")
+                compiling.join()
+            raise
+        if compiling is not None:
+            self.console(compiling.join())
+        self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
+        self.peak = next(
+            (
+                v
+                for k, v in PEAK_BF16_FLOPS.items()
+                if self.device.type == "cuda" and k in torch.cuda.get_device_name()
+            ),
+            None,
+        )
+
+    def _build(self, spec: Any) -> None:
+        """The rest of :meth:`setup`, while the kernels compile: the run directory, datasets,
+        engine, scheduler, resume and metrics."""
+        import torch.distributed as tdist
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        from zebractl.train.data import build_datasets
+        from zebractl.train.engine import build_engine
+
+        cfg, p = self.cfg, self.cfg.parallelism
+        g, micro = cfg.batch.global_, cfg.batch.micro
+        val = cfg.validation
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
-        if p.distributed_optimizer:
-            self.console(
-                "warning: parallelism.distributed_optimizer: an exact resume of its checkpoints "
-                "is not yet confirmed on a GPU (the fix for megatron-core 0.16.1 resetting Adam's "
-                "step count on load awaits its GPU test); prefer distributed_optimizer: false for "
-                "runs that must resume exactly"
-            )
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
         if p.num_gpus != self.world:
             self.console(
@@ -224,15 +260,6 @@ class Trainer:
             self._remove_incomplete_saves()
         tdist.barrier()
 
-        spec = resolve_data(cfg)
-        val = cfg.validation
-        has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
-        if val is not None and not has_held_out:
-            raise ConfigError(
-                f"validation is on (every {val.interval} iterations) but the data has no held-out "
-                "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
-                "validation: null"
-            )
         with self._writing("the dataset index cache (safe to delete)", self.run.data_cache):
             self.train_ds, self.valid_ds = build_datasets(
                 cfg,
@@ -294,17 +321,6 @@ class Trainer:
                 note=self.console,
             )
         self._batches = self._train_batches()
-        if compiling is not None:
-            self.console(compiling.join())
-        self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
-        self.peak = next(
-            (
-                v
-                for k, v in PEAK_BF16_FLOPS.items()
-                if self.device.type == "cuda" and k in torch.cuda.get_device_name()
-            ),
-            None,
-        )
 
     def _train_batches(self):
         from zebractl.train.data import ConsumedSamplesSampler, loader
