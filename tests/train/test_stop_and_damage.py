@@ -356,3 +356,39 @@ def test_an_emptied_newest_checkpoint_is_named_and_skipped_for_an_intact_one(fas
     res = fast.train("tiny_kda", tmp_path, *sets, console=msgs.append)
     assert any(f"{newest} is damaged: no {ckpt.MARKER}" in m for m in msgs), msgs
     assert res.resumed_from == 2
+
+
+def test_checkpoint_enabled_false_saves_nothing_even_on_a_stop(cli, fast, tmp_path, monkeypatch):
+    """checkpoint.enabled false (benchmark and smoke runs): no save at the interval, at the end or
+    on a stop signal, each said; train --check's disk row says why it needs no space."""
+    from zebractl.train import trainer as trainer_mod
+
+    off = ("checkpoint.enabled=false", "checkpoint.interval=1")
+    msgs: list[str] = []
+    res = fast.train("tiny_kda", tmp_path / "a", "schedule.iterations=2", *off, console=msgs.append)
+    assert res.stopped == "done" and res.iterations == 2 and res.checkpoint is None
+    assert ckpt.complete(tmp_path / "a" / "checkpoints") == []
+    assert any("checkpoint.enabled is false" in m and "loses it" in m for m in msgs), msgs
+
+    real = trainer_mod.Trainer.train_step
+
+    def step(self):
+        if self.iteration == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        return real(self)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", step)
+    msgs.clear()
+    try:
+        res = fast.train("tiny_kda", tmp_path / "b", *STOP, *off, console=msgs.append)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert res.stopped == "signal" and res.iterations == 2 and res.checkpoint is None
+    assert ckpt.complete(tmp_path / "b" / "checkpoints") == []
+    assert any("nothing saved (checkpoint.enabled is false)" in m for m in msgs), msgs
+
+    r = cli("train", "tiny_kda", *fast.args(off[0]), "-o", str(tmp_path / "c"), "--check", "--json")
+    disk = {c["name"]: c for c in json.loads(r.stdout)["checks"]}["disk"]
+    assert r.exit_code == 0 and disk["status"] == "ok" and "saves no checkpoint" in disk["detail"]

@@ -217,9 +217,9 @@ def memory_report(cfg: RunConfig, total_params: int, d: Derived) -> dict[str, An
         "lm_head_gib": _gib(e.lm_head(micro)),
         "total_gib": _gib(e.total(micro)),
         "recompute": recompute_label(cfg),
-        "note": "estimate: exact state bytes + activations kept by autograd (KDA/GDN calibrated "
-        "on an H200; recomputation modelled, not yet measured) + the LM-head loss's buffers; "
-        "excludes allocator slack and the CUDA context",
+        "note": "estimate: exact state bytes + activations kept by autograd (KDA/GDN/Mamba2 "
+        "calibrated on an H200, selective recomputation measured once, full modelled) + the "
+        "LM-head loss's buffers; excludes allocator slack and the CUDA context",
     }
 
 

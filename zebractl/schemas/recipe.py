@@ -113,6 +113,11 @@ class ParallelismConfig(StrictModel):
 class CheckpointConfig(StrictModel):
     """Checkpointing."""
 
+    enabled: bool = True
+    """false: write no checkpoint at all, at an interval, at the end or on a stop signal (benchmark
+    and smoke runs, whose saves can take longer than their training: 127 s for a 3B on an H200). A
+    crash or a stop then loses the run; `zebractl train` says so when it starts. Resuming from
+    checkpoints already in the directory is unchanged."""
     dir: str | None = None
     """Checkpoint directory; unset means OUTPUT_DIR/checkpoints."""
     interval: int = Field(1000, gt=0, le=B.STEPS)

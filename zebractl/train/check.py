@@ -146,6 +146,9 @@ def _disk(cfg: Any, checkpoints: Path) -> Check:
     from zebractl.run import checkpoint as ckpt
     from zebractl.run import disk
 
+    if not cfg.checkpoint.enabled:
+        return Check("disk", "ok", "checkpoint.enabled is false: the run saves no checkpoint")
+
     done = ckpt.complete(checkpoints)
     need = ckpt.size(done[-1].folder) if done else 0
     source = "the newest checkpoint's size" if need else "planned"

@@ -8,11 +8,12 @@ style, counted in samples), and resumes from the newest intact checkpoint of the
 batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
 checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
 
-Saves are asynchronous by default (``checkpoint.async_save``, :class:`zebractl.run.checkpoint.AsyncSaver`):
-training pauses while the state is staged and megatron's writer is forked, the files are written,
-hashed and marked in the background, every step boundary polls the save in flight, and the run waits
-for it before the next save, on a stop and at the end: a run never returns (nor exits on a signal)
-with a save unfinished. After an error the save in flight is abandoned incomplete.
+With ``checkpoint.async_save`` (opt-in; :class:`zebractl.run.checkpoint.AsyncSaver`) saves run in
+the background: training pauses while the state is staged and megatron's writer is forked, the
+files are written, hashed and marked in the background, every step boundary polls the save in
+flight, and the run waits for it before the next save, on a stop and at the end: a run never
+returns (nor exits on a signal) with a save unfinished. After an error the save in flight is
+abandoned incomplete.
 
 Stopping: SIGINT, SIGTERM and SIGUSR1 set a flag that is read only between steps (agreed by all
 ranks), so the checkpoint written on a stop holds exactly the last completed step, and the run
@@ -223,6 +224,11 @@ class Trainer:
         val = cfg.validation
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
+        if not cfg.checkpoint.enabled:
+            self.console(
+                "warning: checkpoint.enabled is false: this run saves no checkpoint; a crash or a "
+                "stop loses it"
+            )
         if p.num_gpus != self.world:
             self.console(
                 f"note: the recipe plans {p.num_gpus} GPUs; running on {self.world} process(es), "
@@ -305,7 +311,7 @@ class Trainer:
             wd_incr_style="constant",
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
-        if cfg.checkpoint.async_save:
+        if cfg.checkpoint.async_save and cfg.checkpoint.enabled:
             staging = ckpt.HostStaging()
             if self.device.type == "cuda":  # room for a whole save, allocated while training starts
                 staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
@@ -691,10 +697,15 @@ class Trainer:
             if val_every is not None and (it % val_every == 0 or it == self.iters):
                 val_loss = self._validate()
                 last_val = it
-            if it % cfg.checkpoint.interval == 0 or it == self.iters:
+            if cfg.checkpoint.enabled and (it % cfg.checkpoint.interval == 0 or it == self.iters):
                 saved = self.save()
             t_last += time.perf_counter() - paused
-        if stopped == "signal" and self.last_saved != self.iteration:
+        if stopped == "signal" and not cfg.checkpoint.enabled:
+            self.console(
+                f"stopping on {_signame(signum)} after iteration {self.iteration}: nothing saved "
+                "(checkpoint.enabled is false)"
+            )
+        elif stopped == "signal" and self.last_saved != self.iteration:
             self.console(
                 f"stopping on {_signame(signum)} after iteration {self.iteration}: saving a "
                 "checkpoint"
