@@ -28,7 +28,25 @@ def prepare(
     workers: int = typer.Option(
         None, "--workers", help="Tokenizer processes (default: CPU count); one shard each."
     ),
-    text_key: str = typer.Option("text", "--text-key", help="Field holding the text."),
+    text_key: str = typer.Option(
+        None,
+        "--text-key",
+        help="Field holding the text (chat: the turns). [default: text; messages]",
+    ),
+    data_format: str = typer.Option(
+        "text",
+        "--format",
+        help="text: a document per record. chat: a 'messages' list of role/content turns per "
+        "record, with a loss mask on the assistant turns.",
+    ),
+    chat_template: str = typer.Option(
+        "chatml", "--chat-template", help="chat: the built-in template the turns are rendered with."
+    ),
+    overlong: str = typer.Option(
+        "truncate",
+        "--overlong",
+        help="chat with --seq-length: truncate or drop a longer conversation.",
+    ),
     add_bos: bool = typer.Option(
         None,
         "--add-bos/--no-add-bos",
@@ -39,7 +57,9 @@ def prepare(
         "--add-eos/--no-add-eos",
         help="EOS after each document (default: yes; no with --fla-aligned).",
     ),
-    seq_length: int = typer.Option(None, "--seq-length", help="Row length for --fla-aligned."),
+    seq_length: int = typer.Option(
+        None, "--seq-length", help="Row length for --fla-aligned; chat: the longest conversation."
+    ),
     fla_aligned: bool = typer.Option(
         False,
         "--fla-aligned",
@@ -99,7 +119,7 @@ def prepare(
             inputs=tuple(inputs),
             tokenizer=tokenizer,
             output=str(output),
-            text_key=text_key,
+            text_key=text_key or ("messages" if data_format == "chat" else "text"),
             add_bos=fla_aligned if add_bos is None else add_bos,
             add_eos=(not fla_aligned) if add_eos is None else add_eos,
             fla_aligned=fla_aligned,
@@ -107,6 +127,9 @@ def prepare(
             valid_fraction=valid_fraction,
             skip_bad=skip_bad,
             shard_bytes=shard_size_mb * 2**20,
+            format=data_format,
+            chat_template=chat_template,
+            overlong=overlong,
         )
         n = workers or os.cpu_count() or 1
         with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
@@ -133,6 +156,15 @@ def prepare(
         print(
             f"  empty documents skipped: {t['empty_documents']:,}; bad records skipped: "
             f"{t['skipped'] or 0}; tokens dropped (row remainders): {t['dropped_tokens']:,}"
+        )
+    talk = manifest.get("chat")
+    if talk:
+        print(
+            f"  chat: {talk['conversations']:,} conversations rendered with the built-in "
+            f"{talk['template']['name']} template (the tokenizer's own chat template is not used); "
+            f"{talk['masked_fraction']:.1%} of the tokens are trained on (assistant turns); "
+            f"{talk['truncated']:,} truncated, {talk['dropped']:,} dropped "
+            f"(--overlong {talk['overlong']}, --seq-length {talk['seq_length'] or 'none'})"
         )
     print(
         f"  tokenizer: {manifest['tokenizer']['source']} (vocab {manifest['tokenizer']['vocab_size']:,}) "

@@ -22,6 +22,16 @@ from typing import Any, Literal
 from zebractl.data.sources import SURROGATE, InputError
 
 ROLES = ("system", "user", "assistant")
+PROBLEMS = (
+    "missing_messages",
+    "bad_messages",
+    "bad_turn",
+    "bad_role",
+    "bad_content",
+    "empty_content",
+    "no_assistant",
+)
+"""The reasons :func:`parse_messages` gives for a bad record (``--skip-bad`` counts them)."""
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,21 @@ class PrepareOptions:
     valid_fraction: float = 0.0
     skip_bad: bool = False
     shard_bytes: int = 256 * 2**20
+    format: str = "text"
+    """text: one document per record; chat: a conversation per record with its loss mask."""
+    chat_template: str = "chatml"
+    overlong: str = "truncate"
+    """chat with --seq-length: a longer conversation is truncated or dropped."""
 
     def identity(self) -> dict[str, Any]:
-        """Options that define the dataset (the worker count and output path do not)."""
+        """Options that define the dataset (the worker count and output path do not; the chat
+        options only for chat data, so a text dataset's identity is what it always was)."""
         d = asdict(self)
         for key in ("inputs", "tokenizer", "output"):
             d.pop(key)
+        if self.format == "text":
+            for key in ("format", "chat_template", "overlong"):
+                d.pop(key)
         return d
 
 
@@ -99,7 +108,25 @@ class Progress:
 
 def validate_options(opts: PrepareOptions) -> None:
     """Reject contradictory options (exit 2)."""
-    if opts.fla_aligned:
+    if opts.format not in ("text", "chat"):
+        raise ConfigError(f"--format must be text or chat, got {opts.format!r}")
+    if opts.format == "chat":
+        from zebractl.data.chat import TEMPLATES
+
+        if opts.fla_aligned:
+            raise ConfigError(
+                "--fla-aligned packs plain text; chat data keeps one conversation per row"
+            )
+        if opts.chat_template not in TEMPLATES:
+            raise ConfigError(
+                f"--chat-template {opts.chat_template!r}: the built-in templates are "
+                f"{', '.join(TEMPLATES)}"
+            )
+        if opts.overlong not in ("truncate", "drop"):
+            raise ConfigError(f"--overlong must be truncate or drop, got {opts.overlong!r}")
+        if opts.seq_length is not None and opts.seq_length < 2:
+            raise ConfigError(f"--seq-length must be at least 2, got {opts.seq_length}")
+    elif opts.fla_aligned:
         if not opts.seq_length:
             raise ConfigError(
                 "--fla-aligned needs --seq-length (FLA cuts rows of exactly that "
@@ -111,8 +138,8 @@ def validate_options(opts: PrepareOptions) -> None:
             )
     elif opts.seq_length is not None:
         raise ConfigError(
-            "--seq-length only applies with --fla-aligned (otherwise the training "
-            "recipe's data.seq_length decides)"
+            "--seq-length only applies with --fla-aligned or --format chat (otherwise the "
+            "training recipe's data.seq_length decides)"
         )
     if not 0 <= opts.valid_fraction < 1:
         raise ConfigError(f"--valid-fraction must be in [0, 1), got {opts.valid_fraction}")
@@ -183,7 +210,22 @@ def _worker_run(args: tuple[Shard, PrepareOptions, str]) -> dict[str, Any]:
         if queue is not None:
             queue.put((docs, tokens, nbytes))
 
-    return tokenize_shard(shard, opts, _WORKER["tokenizer"], dtype_name, report)
+    return tokenize(shard, opts, _WORKER["tokenizer"], dtype_name, report)
+
+
+def tokenize(
+    shard: Shard,
+    opts: PrepareOptions,
+    tok: Any,
+    dtype_name: str,
+    report: Callable[[int, int, int], None],
+) -> dict[str, Any]:
+    """One shard, as its format says (:func:`tokenize_shard` or the chat one)."""
+    if opts.format == "chat":
+        from zebractl.data.chat_shard import tokenize_chat_shard
+
+        return tokenize_chat_shard(shard, opts, tok, dtype_name, report)
+    return tokenize_shard(shard, opts, tok, dtype_name, report)
 
 
 def tokenize_shard(
@@ -449,7 +491,7 @@ def prepare(
         if workers <= 1 or len(todo) == 1:
             _worker_init(str(out / "tokenizer"), None)
             for sh in todo:
-                results[sh.name] = tokenize_shard(sh, opts, _WORKER["tokenizer"], dtype, update)
+                results[sh.name] = tokenize(sh, opts, _WORKER["tokenizer"], dtype, update)
         else:
             results |= _run_pool(todo, opts, dtype, workers, out, update)
     manifest = _manifest(
@@ -531,23 +573,29 @@ def _manifest(
         outputs.extend(st["outputs"])
         sources.extend(st["sources"])
     splits: dict[str, list[str]] = {}
-    for o in outputs:
+    data = [o for o in outputs if o.get("kind", "tokens") == "tokens"]  # chat: masks beside them
+    for o in data:
         splits.setdefault(o["split"], []).append(o["prefix"])
     totals = {
-        "documents": sum(o["documents"] for o in outputs),
-        "tokens": sum(o["tokens"] for o in outputs),
+        "documents": sum(o["documents"] for o in data),
+        "tokens": sum(o["tokens"] for o in data),
         "empty_documents": sum(st["empty_documents"] for st in shard_stats),
         "skipped": dict(skipped),
         "dropped_tokens": sum(st["dropped_tokens"] for st in shard_stats),
         "by_split": {
             s: {
-                "documents": sum(o["documents"] for o in outputs if o["split"] == s),
-                "tokens": sum(o["tokens"] for o in outputs if o["split"] == s),
+                "documents": sum(o["documents"] for o in data if o["split"] == s),
+                "tokens": sum(o["tokens"] for o in data if o["split"] == s),
             }
             for s in splits
         },
     }
-    return {
+    extra = {}
+    if opts.format == "chat":
+        from zebractl.data.chat_shard import manifest_section
+
+        extra["chat"] = manifest_section(opts, shard_stats, totals["tokens"])
+    return extra | {
         "schema_version": MANIFEST_VERSION,
         "zebractl_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -562,7 +610,11 @@ def _manifest(
             "seconds": round(seconds, 2),
             "shards_resumed": len(shard_stats) - len(fresh),
             "tokens_this_run": sum(
-                o["tokens"] for st in shard_stats if st["name"] in fresh for o in st["outputs"]
+                o["tokens"]
+                for st in shard_stats
+                if st["name"] in fresh
+                for o in st["outputs"]
+                if o.get("kind", "tokens") == "tokens"
             ),
         },
     }

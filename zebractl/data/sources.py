@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zebractl.config.errors import ConfigError
 
@@ -112,6 +113,22 @@ def documents(src: Source, text_key: str) -> Iterator[tuple[str, str] | InputErr
         yield from _columnar(src.path, kind, text_key)
 
 
+def records(src: Source, key: str) -> Iterator[tuple[Any, str] | InputError]:
+    """Like :func:`documents`, but yield the value of ``key`` as it is (any JSON value: a chat
+    record's ``messages`` list), for the caller to check; a plain text file has no records."""
+    kind = src.kind
+    if kind == "text":
+        raise InputError(
+            f"{src.path}: a plain text file holds no records; chat data is JSONL or Parquet with "
+            f"a '{key}' field",
+            "not_records",
+        )
+    if kind == "jsonl":
+        yield from _jsonl(src.path, key, raw=True)
+    else:
+        yield from _columnar(src.path, kind, key, raw=True)
+
+
 def _text(path: str) -> str:
     try:
         return Path(path).read_bytes().decode("utf-8")
@@ -122,16 +139,16 @@ def _text(path: str) -> str:
         ) from None
 
 
-def _jsonl(path: str, text_key: str) -> Iterator[tuple[str, str] | InputError]:
+def _jsonl(path: str, text_key: str, raw: bool = False) -> Iterator[tuple[Any, str] | InputError]:
     gz = path.lower().endswith(".gz")
     opener = gzip.open if gz else open
     lineno = 0
     try:
         with opener(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                if raw.strip():
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
                     try:
-                        yield _jsonl_record(raw, f"{path}:{lineno}", text_key)
+                        yield _jsonl_record(line, f"{path}:{lineno}", text_key, raw)
                     except InputError as exc:
                         yield exc
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -149,9 +166,9 @@ def _jsonl(path: str, text_key: str) -> Iterator[tuple[str, str] | InputError]:
         ) from None
 
 
-def _jsonl_record(raw: bytes, where: str, text_key: str) -> tuple[str, str]:
+def _jsonl_record(data: bytes, where: str, text_key: str, raw: bool = False) -> tuple[Any, str]:
     try:
-        line = raw.decode("utf-8")
+        line = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(
             f"{where}: invalid UTF-8 (byte {exc.start} of the line)", "invalid_utf8"
@@ -171,6 +188,8 @@ def _jsonl_record(raw: bytes, where: str, text_key: str) -> tuple[str, str]:
             "missing_text_key",
         )
     text = obj[text_key]
+    if raw:
+        return text, where
     if not isinstance(text, str):
         raise InputError(f"{where}: '{text_key}' holds {type(text).__name__}, not text", "not_text")
     bad = SURROGATE.search(text)
@@ -184,7 +203,9 @@ def _jsonl_record(raw: bytes, where: str, text_key: str) -> tuple[str, str]:
     return text, where
 
 
-def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str] | InputError]:
+def _columnar(
+    path: str, kind: str, text_key: str, raw: bool = False
+) -> Iterator[tuple[Any, str] | InputError]:
     try:
         import pyarrow as pa
         import pyarrow.ipc
@@ -230,7 +251,9 @@ def _columnar(path: str, kind: str, text_key: str) -> Iterator[tuple[str, str] |
         column = batch.column(batch.schema.get_field_index(text_key))
         for value in column.to_pylist():
             row += 1
-            if value is None:
+            if raw:
+                yield value, f"{path}:row {row}"
+            elif value is None:
                 yield "", f"{path}:row {row}"
             elif not isinstance(value, str):
                 yield InputError(

@@ -36,9 +36,12 @@ def verify(folder: str | Path) -> dict[str, Any]:
     dtype = np.dtype(manifest["dtype"])
     documents = tokens = 0
     max_id = -1
+    lengths: dict[str, Any] = {}  # token datasets' sequence lengths, for their masks
     for out in manifest["shards"]:
         prefix = root / out["prefix"]
         name = out["prefix"]
+        mask = out.get("kind", "tokens") == "mask"
+        want = np.dtype(np.uint8) if mask else dtype
         bad = False
         for ext, meta in out["files"].items():
             path = Path(f"{prefix}.{ext}")
@@ -59,9 +62,9 @@ def verify(folder: str | Path) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
             problems.append(f"{name}.idx: unreadable index ({type(exc).__name__}: {exc})")
             continue
-        if np.dtype(index.dtype) != dtype:
+        if np.dtype(index.dtype) != want:
             problems.append(
-                f"{name}.idx: dtype {np.dtype(index.dtype).name}, manifest says {dtype.name}"
+                f"{name}.idx: dtype {np.dtype(index.dtype).name}, manifest says {want.name}"
             )
         n_docs = len(index.document_indices) - 1
         n_tokens = int(np.asarray(index.sequence_lengths, dtype=np.int64).sum())
@@ -70,6 +73,10 @@ def verify(folder: str | Path) -> dict[str, Any]:
         if n_tokens != out["tokens"]:
             problems.append(f"{name}: {n_tokens} tokens indexed, manifest says {out['tokens']}")
         bin_path = Path(f"{prefix}.bin")
+        if mask:
+            problems += _mask_problems(name, bin_path, index, lengths.get(name[: -len(".mask")]))
+            continue
+        lengths[name] = np.array(index.sequence_lengths)  # a copy: the index unmaps its buffer
         if bin_path.stat().st_size != n_tokens * dtype.itemsize:
             problems.append(
                 f"{name}.bin: {bin_path.stat().st_size} bytes for {n_tokens} "
@@ -102,6 +109,23 @@ def verify(folder: str | Path) -> dict[str, Any]:
             "dtype": dtype.name,
         },
     }
+
+
+def _mask_problems(name: str, bin_path: Path, index: Any, token_lengths: Any) -> list[str]:
+    """A chat dataset's loss mask: one 0/1 byte per token of the token dataset beside it."""
+    import numpy as np
+
+    lengths = np.array(index.sequence_lengths)
+    if token_lengths is None:
+        return [f"{name}: a loss mask without its token dataset in the manifest"]
+    if lengths.shape != token_lengths.shape or not np.array_equal(lengths, token_lengths):
+        return [f"{name}: its documents' lengths differ from the token dataset's"]
+    n = int(lengths.sum())
+    if bin_path.stat().st_size != n:
+        return [f"{name}.bin: {bin_path.stat().st_size} bytes for {n} mask values"]
+    if n and int(np.memmap(bin_path, dtype=np.uint8, mode="r").max()) > 1:
+        return [f"{name}.bin: a mask value other than 0 or 1"]
+    return []
 
 
 def _tokenizer_problems(root: Path, recorded: dict[str, Any]) -> list[str]:

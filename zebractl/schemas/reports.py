@@ -428,6 +428,12 @@ class ManifestOptions(StrictModel):
     """Malformed records were skipped and counted instead of stopping."""
     shard_bytes: int
     """Input bytes per shard (about)."""
+    format: Literal["chat"] | None = None
+    """chat: conversations with loss masks (absent for text)."""
+    chat_template: str | None = None
+    """chat: the template the turns were rendered with."""
+    overlong: Literal["truncate", "drop"] | None = None
+    """chat: what happened to a conversation longer than seq_length."""
 
 
 class SplitTotals(StrictModel):
@@ -481,6 +487,9 @@ class ManifestShard(StrictModel):
     """Which split it belongs to."""
     prefix: str
     """Path prefix relative to the dataset folder (add .bin / .idx)."""
+    kind: Literal["tokens", "mask"] = "tokens"
+    """tokens: token ids; mask (chat data): one uint8 loss-mask value per token of the tokens
+    dataset of the same split and shard (PREFIX.mask)."""
     documents: int
     """Documents (rows with fla_aligned)."""
     tokens: int
@@ -519,6 +528,40 @@ class ManifestRun(StrictModel):
     """Tokens tokenized by this run."""
 
 
+class ChatTemplateText(StrictModel):
+    """A built-in chat template's text."""
+
+    name: str
+    """Its name (e.g. chatml)."""
+    header: str
+    """What opens a turn ({role} is the turn's role)."""
+    end: str
+    """What closes a turn (trained on in assistant turns)."""
+
+
+class ManifestChat(StrictModel):
+    """What `prepare --format chat` did with the conversations."""
+
+    template: ChatTemplateText
+    """The template the turns were rendered with."""
+    mask: str
+    """Where the loss masks are."""
+    seq_length: int | None
+    """The longest conversation kept (null: no limit)."""
+    overlong: Literal["truncate", "drop"]
+    """What happened to a longer one."""
+    conversations: int
+    """Valid conversations read."""
+    truncated: int
+    """Conversations cut to seq_length."""
+    dropped: int
+    """Conversations dropped (too long under drop, or no assistant token left after the cut)."""
+    masked_tokens: int
+    """Tokens trained on (assistant content and end-of-turn markers)."""
+    masked_fraction: FiniteFloat
+    """masked_tokens / tokens."""
+
+
 class Manifest(StrictModel):
     """``DIR/manifest.json`` of a prepared dataset: totals, per-shard and per-source facts."""
 
@@ -544,6 +587,8 @@ class Manifest(StrictModel):
     """Every input file, in order."""
     run: ManifestRun
     """Facts about this run."""
+    chat: ManifestChat | None = None
+    """chat data: the template, the overlong policy and the counts."""
 
 
 class PrepareReport(Report):

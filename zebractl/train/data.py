@@ -66,7 +66,9 @@ def _entry(path: str, base: Path) -> _Entry:
         try:
             doc = json.loads(manifest.read_text(encoding="utf-8"))
             shards = [
-                (o["split"], str(root / o["prefix"]), int(o["tokens"])) for o in doc["shards"]
+                (o["split"], str(root / o["prefix"]), int(o["tokens"]))
+                for o in doc["shards"]
+                if o.get("kind", "tokens") == "tokens"  # a chat dataset's masks lie beside them
             ]
             tok = doc["tokenizer"]
         except (ValueError, KeyError, TypeError) as exc:
