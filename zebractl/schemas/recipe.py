@@ -43,6 +43,11 @@ class DataConfig(StrictModel):
     checked against each dataset's manifest by name and fingerprint. Unset: the datasets' own."""
     num_workers: int = Field(2, ge=0, le=B.WORKERS)
     """Data-loader worker processes per rank (0 loads in the training process)."""
+    format: Literal["text", "chat"] = "text"
+    """text: every token is trained on. chat: only the tokens the datasets' loss masks mark (the
+    assistant turns of `zebractl prepare --format chat`), the loss their mean over the whole
+    global batch (the same at any micro-batch and accumulation split); every dataset must have
+    masks."""
 
 
 class BatchConfig(StrictModel):

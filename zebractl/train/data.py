@@ -57,6 +57,7 @@ class _Entry:
     train: list[tuple[str, int]]
     valid: list[tuple[str, int]]
     tokenizer: dict[str, Any] | None
+    chat: bool = False  # prepared with --format chat: loss masks beside the tokens
 
 
 def _entry(path: str, base: Path) -> _Entry:
@@ -77,7 +78,7 @@ def _entry(path: str, base: Path) -> _Entry:
         valid = [(p, t) for s, p, t in shards if s == "valid"]
         if not train:
             raise ConfigError(f"{path}: the prepared dataset has no train split")
-        return _Entry(root, train, valid, tok)
+        return _Entry(root, train, valid, tok, chat=bool(doc.get("chat")))
     if root.is_dir():
         raise ConfigError(
             f"{path}: a folder without manifest.json (not a finished `zebractl prepare` "
@@ -107,6 +108,11 @@ def resolve_data(cfg: RunConfig, base: Path | None = None) -> DataSpec:
     tokenizers: list[tuple[str, dict[str, Any]]] = []
     for entry in cfg.data.paths:
         e = _entry(entry.path, base)
+        if cfg.data.format == "chat" and not e.chat:
+            raise ConfigError(
+                f"data.format is chat but {entry.path} has no loss masks (not prepared with "
+                "`zebractl prepare --format chat`); prepare it so, or set data.format: text"
+            )
         train += _weighted(e.train, entry.weight)
         valid += _weighted(e.valid, entry.weight)
         if e.tokenizer is not None:
@@ -232,7 +238,12 @@ def build_datasets(
         **where,
     )
     sizes = [train_samples, valid_samples if has_valid else 0, 0]
-    train, valid, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    cls = GPTDataset
+    if cfg.data.format == "chat":
+        from zebractl.train.masked_data import MaskedGPTDataset
+
+        cls = MaskedGPTDataset
+    train, valid, _ = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, config).build()
     if valid is not None and len(valid) == 0:
         valid = None
     return train, valid if has_valid else None

@@ -378,6 +378,12 @@ def check_engine(cfg: RunConfig, device: torch.device, world: int = 1) -> None:
         )
         if why:
             raise ConfigError(f"kernels.cuda_graph needs {why}; set kernels.cuda_graph=false")
+    if cfg.kernels.cuda_graph and cfg.data.format == "chat":
+        raise ConfigError(
+            "kernels.cuda_graph with data.format chat: the graphed step averages each "
+            "micro-batch on its own, not over the global batch's marked tokens; set "
+            "kernels.cuda_graph=false"
+        )
     rc = cfg.recompute.mode
     if rc != "none" and (cfg.kernels.cuda_graph or cfg.kernels.fp8_mlp != "off"):
         what = "kernels.cuda_graph" if cfg.kernels.cuda_graph else "kernels.fp8_mlp"

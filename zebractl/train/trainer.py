@@ -527,15 +527,9 @@ class Trainer:
         self.model.train()
         engine.zero_grad()
         loss_acc = torch.zeros((), device=device)
-        for n_mb in range(1, self.accum + 1):
-            try:
-                mb = next(self._batches)
-            except StopIteration:
-                raise TrainingError(
-                    f"out of data: the step after {self.consumed:,} samples needs "
-                    f"{self.cfg.batch.global_} more but the dataset has {len(self.train_ds):,}"
-                ) from None
-            mb = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
+        batches = [self._next_batch() for _ in range(self.accum)]
+        scale = self._chat_scale(batches) if self.cfg.data.format == "chat" else None
+        for n_mb, mb in enumerate(batches, 1):
             # reduce gradients across ranks once, on the last micro-batch of the step
             if self.graphed is not None:  # one GPU: nothing to reduce across ranks
                 loss_acc += self.graphed(mb["tokens"], mb["labels"], mb["loss_mask"])
@@ -545,7 +539,10 @@ class Trainer:
                 loss_sum, ntok = engine.forward(
                     mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
                 )
-                loss = loss_sum / ntok.clamp(min=1) / self.accum
+                if scale is None:  # every token trained on: the micro-batch means, averaged
+                    loss = loss_sum / ntok.clamp(min=1) / self.accum
+                else:  # the mean over the global batch's marked tokens (ranks average gradients)
+                    loss = loss_sum * scale
                 loss.backward()
             loss_acc += loss.detach()
         engine.finish_grads()
@@ -561,6 +558,28 @@ class Trainer:
         self.iteration += 1
         self.consumed += self.cfg.batch.global_
         return result
+
+    def _next_batch(self) -> dict[str, torch.Tensor]:
+        """This rank's next micro-batch, on the device."""
+        try:
+            mb = next(self._batches)
+        except StopIteration:
+            raise TrainingError(
+                f"out of data: the step after {self.consumed:,} samples needs "
+                f"{self.cfg.batch.global_} more but the dataset has {len(self.train_ds):,}"
+            ) from None
+        return {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+
+    def _chat_scale(self, batches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
+        """``world / marked tokens of the global batch`` (data.format chat): each micro-batch's
+        summed loss times it gives, after the ranks average their gradients, the mean over every
+        marked token of the step, whatever the micro-batch and accumulation split."""
+        import torch.distributed as tdist
+
+        marked = sum(mb["loss_mask"].sum() for mb in batches).float()
+        if self.world > 1:
+            tdist.all_reduce(marked)
+        return self.world / marked.clamp(min=1)
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
         """Whether the step's loss and every gradient are finite on every rank."""
