@@ -38,7 +38,14 @@ def tokenize_chat_shard(
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    from zebractl.data.prepare import RECORD_PROBLEMS, _is_valid, _sha256_file, _write_json
+    from zebractl.data.prepare import (
+        RECORD_PROBLEMS,
+        _is_valid,
+        _sha256_file,
+        _write_json,
+        discard,
+        publish,
+    )
 
     out = Path(opts.output)
     tmp_dir, final_dir = out / ".tmp", out / "shards"
@@ -51,12 +58,6 @@ def tokenize_chat_shard(
         raise ConfigError(f"tokenizer {tok.source} has no EOS token; use --no-add-eos")
     splits = ["train", "valid"] if opts.valid_fraction > 0 else ["train"]
     tmp = {s: tmp_dir / f"{shard.name}.{s}" for s in splits}
-    paths = [
-        Path(f"{tmp[s]}{x}.{e}")
-        for s in splits
-        for x in ("", "." + MASK_EXT)
-        for e in ("bin", "idx")
-    ]
     tokens_b = {s: IndexedDatasetBuilder(f"{tmp[s]}.bin", dtype=dtype) for s in splits}
     masks_b = {s: IndexedDatasetBuilder(f"{tmp[s]}.{MASK_EXT}.bin", dtype=np.uint8) for s in splits}
     counts = {s: Counter() for s in splits}
@@ -118,23 +119,19 @@ def tokenize_chat_shard(
             )
             skipped.update(src_skipped)
     except BaseException:
-        for b in (*tokens_b.values(), *masks_b.values()):
-            b.data_file.close()
-        for path in paths:
-            path.unlink(missing_ok=True)
+        for s in splits:
+            discard(tokens_b[s], tmp[s])
+            discard(masks_b[s], Path(f"{tmp[s]}.{MASK_EXT}"))
         raise
 
     final_dir.mkdir(parents=True, exist_ok=True)
     outputs = []
     for s in splits:
-        tokens_b[s].finalize(f"{tmp[s]}.idx")
-        masks_b[s].finalize(f"{tmp[s]}.{MASK_EXT}.idx")
-        for kind, suffix in (("tokens", ""), (MASK_EXT, f".{MASK_EXT}")):
-            files = {}
-            for ext in ("bin", "idx"):
-                src_path = Path(f"{tmp[s]}{suffix}.{ext}")
-                files[ext] = {"bytes": src_path.stat().st_size, "sha256": _sha256_file(src_path)}
-                src_path.replace(final_dir / f"{shard.name}.{s}{suffix}.{ext}")
+        for kind, suffix, builder in (
+            ("tokens", "", tokens_b[s]),
+            (MASK_EXT, f".{MASK_EXT}", masks_b[s]),
+        ):
+            final = final_dir / f"{shard.name}.{s}{suffix}"
             outputs.append(
                 {
                     "split": s,
@@ -142,7 +139,7 @@ def tokenize_chat_shard(
                     "kind": kind,
                     "documents": counts[s]["documents"],
                     "tokens": counts[s]["tokens"],
-                    "files": files,
+                    "files": publish(builder, Path(f"{tmp[s]}{suffix}"), final),
                 }
             )
     stats = {

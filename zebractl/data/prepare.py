@@ -347,27 +347,19 @@ def tokenize_shard(
     except BaseException:
         # leave nothing half-written behind: close and remove this shard's temporary files
         for s in splits:
-            builders[s].data_file.close()
-            for ext in ("bin", "idx"):
-                Path(f"{tmp[s]}.{ext}").unlink(missing_ok=True)
+            discard(builders[s], tmp[s])
         raise
 
     final_dir.mkdir(parents=True, exist_ok=True)
     outputs = []
     for s in splits:
-        builders[s].finalize(str(tmp[s]) + ".idx")
-        files = {}
-        for ext in ("bin", "idx"):
-            src_path, dst = Path(f"{tmp[s]}.{ext}"), final_dir / f"{shard.name}.{s}.{ext}"
-            files[ext] = {"bytes": src_path.stat().st_size, "sha256": _sha256_file(src_path)}
-            src_path.replace(dst)
         outputs.append(
             {
                 "split": s,
                 "prefix": f"shards/{shard.name}.{s}",
                 "documents": counts[s]["documents"],
                 "tokens": counts[s]["tokens"],
-                "files": files,
+                "files": publish(builders[s], tmp[s], final_dir / f"{shard.name}.{s}"),
             }
         )
     stats = {
@@ -380,6 +372,25 @@ def tokenize_shard(
     }
     _write_json(final_dir / f"{shard.name}.json", stats)
     return stats
+
+
+def publish(builder: Any, tmp: Path, final: Path) -> dict[str, dict[str, Any]]:
+    """Finish the indexed dataset ``builder`` wrote at ``tmp`` (.bin/.idx), move it to ``final``
+    and return its files' sizes and sha256s (a shard output's ``files``)."""
+    builder.finalize(f"{tmp}.idx")
+    files = {}
+    for ext in ("bin", "idx"):
+        src = Path(f"{tmp}.{ext}")
+        files[ext] = {"bytes": src.stat().st_size, "sha256": _sha256_file(src)}
+        src.replace(f"{final}.{ext}")
+    return files
+
+
+def discard(builder: Any, tmp: Path) -> None:
+    """Close an unfinished indexed dataset and remove its temporary files."""
+    builder.data_file.close()
+    for ext in ("bin", "idx"):
+        Path(f"{tmp}.{ext}").unlink(missing_ok=True)
 
 
 def _checked(docs, skip_bad: bool, skipped: Counter):
