@@ -80,7 +80,8 @@ def prepare(
     demo: bool = typer.Option(
         False,
         "--demo",
-        help="Build the bundled demo dataset (State of the Union + Wikipedia, GPT-2 tokenizer).",
+        help="Build the bundled demo dataset (State of the Union + Wikipedia, GPT-2 tokenizer); "
+        "with --format chat, the demo conversations (GSM8K problems and worked answers).",
     ),
     verify: Path = typer.Option(
         None, "--verify", help="Check a prepared dataset; exit 3 on a mismatch."
@@ -106,7 +107,8 @@ def prepare(
                 raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
             from zebractl.data import demo as demo_mod
 
-            inputs = [str(p) for p in demo_mod.write_sources(output / "sources")]
+            write = demo_mod.write_chat_sources if data_format == "chat" else demo_mod.write_sources
+            inputs = [str(p) for p in write(output / "sources")]
             tokenizer = str(demo_mod.tokenizer_dir())
         if not inputs:
             raise ConfigError("no INPUT given (files, folders or globs), or use --demo")

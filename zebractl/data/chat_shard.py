@@ -41,7 +41,7 @@ def tokenize_chat_shard(
     from zebractl.data.prepare import (
         RECORD_PROBLEMS,
         _is_valid,
-        _sha256_file,
+        sha256_file,
         _write_json,
         discard,
         publish,
@@ -110,7 +110,7 @@ def tokenize_chat_shard(
                 {
                     "path": src.path,
                     "size": src.size,
-                    "sha256": _sha256_file(Path(src.path)),
+                    "sha256": sha256_file(Path(src.path)),
                     "documents": src_docs,
                     "tokens": src_tokens,
                     "empty_documents": 0,

@@ -174,7 +174,8 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB pieces."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -332,7 +333,7 @@ def tokenize_shard(
                 {
                     "path": src.path,
                     "size": src.size,
-                    "sha256": _sha256_file(Path(src.path)),
+                    "sha256": sha256_file(Path(src.path)),
                     "documents": src_docs,
                     "tokens": src_tokens,
                     "empty_documents": src_empty,
@@ -381,7 +382,7 @@ def publish(builder: Any, tmp: Path, final: Path) -> dict[str, dict[str, Any]]:
     files = {}
     for ext in ("bin", "idx"):
         src = Path(f"{tmp}.{ext}")
-        files[ext] = {"bytes": src.stat().st_size, "sha256": _sha256_file(src)}
+        files[ext] = {"bytes": src.stat().st_size, "sha256": sha256_file(src)}
         src.replace(f"{final}.{ext}")
     return files
 

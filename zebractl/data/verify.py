@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zebractl.config.errors import ConfigError
-from zebractl.data.prepare import _sha256_file
+from zebractl.data.prepare import sha256_file
 
 
 def verify(folder: str | Path) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def verify(folder: str | Path) -> dict[str, Any]:
                     f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
                 )
                 bad = True
-            elif _sha256_file(path) != meta["sha256"]:
+            elif sha256_file(path) != meta["sha256"]:
                 problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
         if bad:
             continue

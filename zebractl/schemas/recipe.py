@@ -270,6 +270,11 @@ class RunConfig(StrictModel):
     """NaN/Inf guard."""
     seed: int = Field(1234, ge=0, le=B.SEED)
     """Random seed for init, data order and dropout."""
+    init_from: str | None = None
+    """Weights to start from (post-training): a run directory (its newest intact checkpoint), a
+    checkpoint folder, or a Hugging Face export; relative to the working directory. Only the
+    weights are read: a fresh optimizer, schedule and data order. Ignored once this run has a
+    checkpoint of its own (it resumes from that); `train --init-from` overrides it."""
     output_dir: str | None = None
     """Run directory; unset means runs/<recipe name>."""
 

@@ -117,7 +117,9 @@ class Trainer:
         """``stop_after`` ends this process after that many steps without saving (a simulated
         kill, for tests)."""
         self.cfg, self.run, self.record = cfg, run, record
-        self.init_from, self.stop_after = init_from, stop_after
+        # --init-from, else the recipe's init_from
+        self.init_from = init_from if init_from is not None else _path(cfg.init_from)
+        self.stop_after = stop_after
         self._console = console
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
@@ -175,6 +177,11 @@ class Trainer:
                     "--reference starts from zebractl's own initialisation of the recipe; "
                     "--init-from does not apply"
                 )
+        if self.init_from is not None and not self.init_from.exists():
+            raise ConfigError(
+                f"init_from {self.init_from}: no such run directory, checkpoint or Hugging Face "
+                "folder (train the run it names first, or give --init-from PATH)"
+            )
         # the data's own mistakes (a vocabulary larger than the model's, no held-out part) before
         # any kernel compiles: they end the run at once
         spec = resolve_data(cfg)
@@ -839,3 +846,7 @@ def _cpu_group() -> Any:
         gloo = "gloo" in str(tdist.get_backend())
         _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
     return _CPU_GROUP
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
