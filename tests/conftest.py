@@ -259,6 +259,27 @@ def demo_data(tmp_path_factory) -> Path:
     return root / "data"
 
 
+@pytest.fixture(scope="session")
+def demo_chat(tmp_path_factory) -> Path:
+    """The demo conversations (GSM8K problems and worked answers) prepared as chat data with the
+    demo tokenizer, 5% held out (``zebractl prepare --demo --format chat --valid-fraction 0.05``)."""
+    from zebractl.data.demo import tokenizer_dir, write_chat_sources
+    from zebractl.data.prepare import PrepareOptions, prepare
+
+    root = tmp_path_factory.mktemp("demo_chat")
+    srcs = write_chat_sources(root / "sources")
+    opts = PrepareOptions(
+        inputs=tuple(map(str, srcs)),
+        tokenizer=str(tokenizer_dir()),
+        output=str(root / "data"),
+        text_key="messages",
+        valid_fraction=0.05,
+        format="chat",
+    )
+    prepare(opts, workers=2)
+    return root / "data"
+
+
 class FastRun:
     """Tiny runs on the demo corpus with the :data:`FAST` settings, and their metrics."""
 

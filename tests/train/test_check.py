@@ -54,15 +54,22 @@ def small_vocab_data(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("recipe", list(catalog.shipped("recipe")))
-def test_every_shipped_recipe_passes_its_check(cli, small_vocab_data, recipe, monkeypatch):
+def test_every_shipped_recipe_passes_its_check(
+    cli, small_vocab_data, demo_chat, recipe, monkeypatch
+):
+    from zebractl.config.resolve import resolve_recipe
     from zebractl.run import disk
+
+    data = small_vocab_data
+    if resolve_recipe(recipe, []).run.data.format == "chat":  # the demo conversations (GPT-2)
+        data = demo_chat
 
     # the disk check compares this machine's free space with an 8B model's checkpoint (112 GB);
     # tests/train/test_disk_errors.py tests it
     monkeypatch.setattr(disk, "free_bytes", lambda path: 2**50)
     r = cli(
         "train", recipe, "--check", "--json",
-        "--set", f"data.paths=[{{path: {small_vocab_data}}}]", "--set", "data.tokenizer=null",
+        "--set", f"data.paths=[{{path: {data}}}]", "--set", "data.tokenizer=null",
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     from zebractl.schemas.reports import TrainCheckReport

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,9 +82,13 @@ def reads(root: BaseModel) -> Iterator[set[str]]:
         del StrictModel.__getattribute__
 
 
-def miniature(name: str, data, out) -> list[str]:
-    """`--set` values shrinking shipped recipe ``name`` to a CPU-sized run of the same shape."""
+def miniature(name: str, data, out, chat=None) -> list[str]:
+    """`--set` values shrinking shipped recipe ``name`` to a CPU-sized run of the same shape. A
+    chat recipe trains on ``chat`` (the demo conversations); one with ``init_from: runs/NAME``
+    starts from the miniature of recipe NAME, trained before it in ``out``'s parent."""
     shipped = resolve_recipe(name, [f"data.paths=[{{path: {data}}}]"]).run
+    if shipped.data.format == "chat":
+        data = chat
     m = shipped.model
     sets = [
         "model.vocab_size=50257",  # the demo tokenizer
@@ -122,7 +127,8 @@ def miniature(name: str, data, out) -> list[str]:
     return sets + [
         f"data.paths=[{{path: {data}, weight: 1.0}}]",
         f"data.tokenizer={data / 'tokenizer'}",
-        "data.split=[98, 2, 0]",
+        # the demo conversations carry their own held-out split (prepare --valid-fraction)
+        "data.split=null" if shipped.data.format == "chat" else "data.split=[98, 2, 0]",
         "data.seq_length=64",
         "batch.micro=4",
         "batch.global=8",
@@ -139,7 +145,7 @@ def miniature(name: str, data, out) -> list[str]:
         # the hybrids save in the background (its settings are read), the others wait for saves
         f"checkpoint.async_save={'hybrid' in name}",
         f"output_dir={out}",
-    ]
+    ] + ([f"init_from={out.parent / Path(shipped.init_from).name}"] if shipped.init_from else [])
 
 
 def _fake_fla(monkeypatch) -> None:
@@ -232,13 +238,17 @@ def not_applicable(cfg) -> set[str]:
     return out
 
 
-def test_every_key_of_every_shipped_recipe_is_read(demo_data, tmp_path, monkeypatch):
+def _starts_from(name: str) -> tuple[bool, str]:
+    return resolve_recipe(name, []).run.init_from is not None, name
+
+
+def test_every_key_of_every_shipped_recipe_is_read(demo_data, demo_chat, tmp_path, monkeypatch):
     unread: dict[str, list[str]] = {}
     every_leaf: set[str] = set()
     every_read: set[str] = set()
-    for name in RECIPES:
+    for name in sorted(RECIPES, key=_starts_from):  # a run another starts from trains first
         shipped = resolve_recipe(name, [f"data.paths=[{{path: {demo_data}}}]"]).run
-        sets = miniature(name, demo_data, tmp_path / name)
+        sets = miniature(name, demo_data, tmp_path / name, chat=demo_chat)
         mine, seen = _exercise(name, sets, monkeypatch)
         keys = leaves(shipped) | mine
         every_leaf |= keys
