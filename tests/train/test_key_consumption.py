@@ -124,28 +124,34 @@ def miniature(name: str, data, out, chat=None) -> list[str]:
         ]
         if m.mla.q_lora_rank is not None:
             sets.append("model.mla.q_lora_rank=32")
-    return sets + [
-        f"data.paths=[{{path: {data}, weight: 1.0}}]",
-        f"data.tokenizer={data / 'tokenizer'}",
-        # the demo conversations carry their own held-out split (prepare --valid-fraction)
-        "data.split=null" if shipped.data.format == "chat" else "data.split=[98, 2, 0]",
-        "data.seq_length=64",
-        "batch.micro=4",
-        "batch.global=8",
-        "optimizer.impl=torch_fused",
-        "parallelism.num_gpus=1",
-        "parallelism.distributed_optimizer=false",
-        # two iterations, said the way the recipe says its run length (steps or a token budget)
-        "schedule.iterations=2" if shipped.schedule.iterations else "schedule.train_tokens=1024",
-        "schedule.warmup_iterations=1",
-        "checkpoint.interval=1",
-        "logging.interval=1",
-        "validation={interval: 1, iterations: 1}",
-        "nonfinite.action=skip",
-        # the hybrids save in the background (its settings are read), the others wait for saves
-        f"checkpoint.async_save={'hybrid' in name}",
-        f"output_dir={out}",
-    ] + ([f"init_from={out.parent / Path(shipped.init_from).name}"] if shipped.init_from else [])
+    return (
+        sets
+        + [
+            f"data.paths=[{{path: {data}, weight: 1.0}}]",
+            f"data.tokenizer={data / 'tokenizer'}",
+            # the demo conversations carry their own held-out split (prepare --valid-fraction)
+            "data.split=null" if shipped.data.format == "chat" else "data.split=[98, 2, 0]",
+            "data.seq_length=64",
+            "batch.micro=4",
+            "batch.global=8",
+            "optimizer.impl=torch_fused",
+            "parallelism.num_gpus=1",
+            "parallelism.distributed_optimizer=false",
+            # two iterations, said the way the recipe says its run length (steps or a token budget)
+            "schedule.iterations=2"
+            if shipped.schedule.iterations
+            else "schedule.train_tokens=1024",
+            "schedule.warmup_iterations=1",
+            "checkpoint.interval=1",
+            "logging.interval=1",
+            "validation={interval: 1, iterations: 1}",
+            "nonfinite.action=skip",
+            # the hybrids save in the background (its settings are read), the others wait for saves
+            f"checkpoint.async_save={'hybrid' in name}",
+            f"output_dir={out}",
+        ]
+        + ([f"init_from={out.parent / Path(shipped.init_from).name}"] if shipped.init_from else [])
+    )
 
 
 def _fake_fla(monkeypatch) -> None:

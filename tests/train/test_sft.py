@@ -25,7 +25,9 @@ def _train(recipe, out, *sets, console=None):
 
     r = resolve_recipe(recipe, [*sets, f"output_dir={out}"])
     run = RunDir.for_recipe(r.run, r.name)
-    return Trainer(r.run, run, ResolvedConfigRecord.of(r), console=console or (lambda s: None)).fit()
+    return Trainer(
+        r.run, run, ResolvedConfigRecord.of(r), console=console or (lambda s: None)
+    ).fit()
 
 
 def _rows(out, kind):
@@ -88,5 +90,9 @@ def test_tiny_sft_lowers_the_assistant_loss_and_its_export_answers(
 
 def test_a_missing_init_from_is_a_config_error_before_the_build(demo_chat, tmp_path):
     with pytest.raises(ConfigError, match="init_from .*no such run directory"):
-        _train("tiny_sft", tmp_path / "sft", f"data.paths=[{{path: {demo_chat}}}]",
-               f"init_from={tmp_path / 'nowhere'}")
+        _train(
+            "tiny_sft",
+            tmp_path / "sft",
+            f"data.paths=[{{path: {demo_chat}}}]",
+            f"init_from={tmp_path / 'nowhere'}",
+        )

@@ -41,10 +41,10 @@ def tokenize_chat_shard(
     from zebractl.data.prepare import (
         RECORD_PROBLEMS,
         _is_valid,
-        sha256_file,
         _write_json,
         discard,
         publish,
+        sha256_file,
     )
 
     out = Path(opts.output)
