@@ -72,9 +72,10 @@ def test_recipe_names(shell):
 @pytest.mark.parametrize("shell", SHELLS)
 def test_preset_names_for_config_commands(shell):
     # names that are both a recipe and a preset appear once
-    assert _complete(shell, "zebractl config show zebra_mamba_8") == ["zebra_mamba_8B_hybrid"]
+    got = _complete(shell, "zebractl config show zebra_mamba_8")
+    assert got == ["zebra_mamba_8B_hybrid", "zebra_mamba_8B_hybrid_sft"]
     got = _complete(shell, "zebractl config validate tiny_")
-    assert got == ["tiny_gdn", "tiny_hybrid", "tiny_kda", "tiny_mamba"]
+    assert got == ["tiny_gdn", "tiny_hybrid", "tiny_kda", "tiny_mamba", "tiny_sft"]
 
 
 @pytest.mark.parametrize("shell", SHELLS)
