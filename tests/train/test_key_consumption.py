@@ -165,7 +165,7 @@ def _fake_fla(monkeypatch) -> None:
     def gla(q, k, v, g=None, scale=None, **_):
         return v + 0 * (q.sum() + k.sum() + g.sum()), None
 
-    def conv(x, w, bias, activation, backend):
+    def conv(x, w, bias, activation, backend, cu_seqlens=None):
         return T.causal_conv1d(x, w, bias, activation=activation), None
 
     def ce_fwd(logits, target, ignore_index, **_):

@@ -2,7 +2,8 @@
 
 megatron 0.16.1's local DotProductAttention cannot serve MLA (it rejects the k/v channel arguments MLA
 passes, and materialises [b, n, s, s] scores); ours calls ``F.scaled_dot_product_attention`` (flash or
-memory-efficient kernels on CUDA) with causal masking and MLA's softmax scale.
+memory-efficient kernels on CUDA) with causal masking and MLA's softmax scale, or, for documents
+kept apart (``data.packing: isolated``), with their block-diagonal causal bias.
 
 MLA's constructor needs :func:`zebractl.runtime.megatron_compat.patched` (no TE, no CUDA), entered by
 :func:`build_mla` for exactly that call. Its forward needs no patch: megatron's rotary module is
@@ -53,14 +54,18 @@ class SDPACoreAttention(MegatronModule):
         packed_seq_params=None,
         **_,
     ):
+        """``attention_mask``: None (causal over the row) or the row's
+        :class:`~zebractl.model.segments.Segments` (causal within each document)."""
         if packed_seq_params is not None:
             raise NotImplementedError("packed sequences are not supported by SDPACoreAttention")
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, n, s, d]
+        bias = None if attention_mask is None else attention_mask.attention_bias(q.dtype)
         o = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            is_causal=True,
+            attn_mask=bias,
+            is_causal=bias is None,
             scale=self.softmax_scale,
             dropout_p=self.dropout_p if self.training else 0.0,
         )

@@ -26,6 +26,7 @@ from torch import nn
 
 from zebractl.model import ops
 from zebractl.model.ops import KernelOptions
+from zebractl.model.segments import Segments
 
 Tensor = torch.Tensor
 
@@ -244,14 +245,18 @@ class _Residual(MegatronModule):
 
     norm_name = "norm"
 
-    def _inner(self, h: Tensor) -> Tensor:
+    def _inner(self, h: Tensor, segments: Segments | None) -> Tensor:
         raise NotImplementedError
 
-    def step(self, delta: Tensor | None, residual: Tensor) -> tuple[Tensor, Tensor]:
+    def step(
+        self, delta: Tensor | None, residual: Tensor, segments: Segments | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``(delta', residual + delta)``: the new residual stream is ``residual + delta`` (the
-        previous sublayer's output; None for the first) and ``delta'`` this sublayer's output."""
+        previous sublayer's output; None for the first) and ``delta'`` this sublayer's output.
+        ``segments``: the documents packed into each row, kept apart (None: a row is one
+        sequence; :mod:`zebractl.model.segments`)."""
         h, residual = getattr(self, self.norm_name).add(delta, residual)
-        out = self._inner(h)
+        out = self._inner(h, segments)
         p = self.config.hidden_dropout
         if p and self.training:
             out = F.dropout(out, p=p, training=True)
@@ -269,8 +274,11 @@ class MixerSublayer(_Residual):
         super().__init__(config=config)
         self.norm, self.mixer = norm, mixer
 
-    def _inner(self, h: Tensor) -> Tensor:
-        return self.mixer(h)
+    def _inner(self, h: Tensor, segments: Segments | None) -> Tensor:
+        if segments is None:
+            return self.mixer(h)
+        out = self.mixer(segments.flatten(h), segments.cu_seqlens)
+        return out.view(h.shape[0], h.shape[1], -1)
 
 
 class AttentionSublayer(_Residual):
@@ -282,8 +290,9 @@ class AttentionSublayer(_Residual):
         super().__init__(config=config)
         self.input_layernorm, self.self_attention = norm, attention
 
-    def _inner(self, h: Tensor) -> Tensor:
-        out, bias = self.self_attention(h.transpose(0, 1), attention_mask=None)
+    def _inner(self, h: Tensor, segments: Segments | None) -> Tensor:
+        # megatron's MLA hands attention_mask to the core attention untouched (SDPACoreAttention)
+        out, bias = self.self_attention(h.transpose(0, 1), attention_mask=segments)
         if bias is not None:
             out = out + bias
         return out.transpose(0, 1)
@@ -298,5 +307,5 @@ class MLPSublayer(_Residual):
         super().__init__(config=config)
         self.pre_mlp_layernorm, self.mlp = norm, mlp
 
-    def _inner(self, h: Tensor) -> Tensor:
+    def _inner(self, h: Tensor, segments: Segments | None) -> Tensor:
         return self.mlp(h)

@@ -4,6 +4,10 @@ Tensor names and shapes are those of :mod:`zebractl.layout`. Mixers are tensor-p
 f_a/g_a bottleneck cannot be split; the schema and the builder refuse tp > 1 for recurrent mixers), so
 their projections are plain ``nn.Linear``. Inputs and outputs are batch-first ``[B, T, H]``.
 
+``forward(x, cu_seqlens)``: with ``cu_seqlens`` (``x`` one flattened sequence ``[1, N, H]``) each
+document is mixed on its own, its convolution and state starting from zero
+(:mod:`zebractl.model.segments`).
+
 Mamba2: the SSD scan is computed as scalar-decay linear attention (q = C, k = dt*B, v = x,
 g = dt*A), which is exactly FLA's ``chunk_simple_gla`` on CUDA — no mamba_ssm or causal_conv1d needed;
 ``o + D*x`` is then gated and normalised per group like Mamba2's ``RMSNormGated(norm_before_gate=False)``:
@@ -25,10 +29,12 @@ from zebractl.schemas.preset import ModelConfig
 Tensor = torch.Tensor
 
 
-def _conv(x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions) -> Tensor:
+def _conv(
+    x: Tensor, conv: nn.Conv1d | None, opts: KernelOptions, cu_seqlens: Tensor | None
+) -> Tensor:
     if conv is None:
         return F.silu(x)
-    return ops.short_conv(opts, x, conv.weight, conv.bias)
+    return ops.short_conv(opts, x, conv.weight, conv.bias, cu_seqlens)
 
 
 def _delta_rule_block(m: ModelConfig, kind: str) -> nn.Conv1d | None:
@@ -46,13 +52,13 @@ def _leading(split: list[int], n: int) -> list[int]:
     return [sum(split[:n]), *split[n:]]
 
 
-def _qkv(mixer: nn.Module, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _qkv(mixer: nn.Module, qkv: Tensor, cu_seqlens: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """Short conv + SiLU over in_proj's adjacent q|k|v columns (or SiLU alone), split.
 
     ``qkv`` is a strided view of the projection: the conv reads it in place (no concatenated copy).
     """
     d = mixer.d
-    x = _conv(qkv, mixer.conv1d, mixer.opts)
+    x = _conv(qkv, mixer.conv1d, mixer.opts, cu_seqlens)
     return x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1)
 
 
@@ -76,11 +82,11 @@ class KDAMixer(nn.Module):
         self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, "sigmoid", opts)
         self.out_proj = nn.Linear(d.value_dim, h, bias=m.linear_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cu_seqlens: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         d = self.d
         qkv, f_a, g_a, beta = self.in_proj(x).split(_leading(self.split, 3), dim=-1)
-        q, k, v = _qkv(self, qkv)
+        q, k, v = _qkv(self, qkv, cu_seqlens)
         f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
         o = ops.kda(
             self.opts,
@@ -94,6 +100,7 @@ class KDAMixer(nn.Module):
             allow_neg_eigval=self.cfg.allow_neg_eigval,
             safe_gate=self.cfg.safe_gate,
             lower_bound=self.cfg.lower_bound,
+            cu_seqlens=cu_seqlens,
         )
         gate = self.g_b_proj(g_a).view(b, t, d.num_v_heads, d.head_v_dim)
         o = self.out_norm(o, gate)
@@ -118,11 +125,11 @@ class GDNMixer(nn.Module):
         self.out_norm = GatedNorm(d.head_v_dim, m.norm.eps, m.gdn.gate_activation, opts)
         self.out_proj = nn.Linear(d.value_dim, h, bias=m.linear_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cu_seqlens: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         d = self.d
         qkv, z, beta, alpha = self.in_proj(x).split(_leading(self.split, 3), dim=-1)
-        q, k, v = _qkv(self, qkv)
+        q, k, v = _qkv(self, qkv, cu_seqlens)
         o = ops.gdn(
             self.opts,
             q.view(b, t, d.num_heads, d.head_k_dim),
@@ -133,6 +140,7 @@ class GDNMixer(nn.Module):
             self.A_log,
             self.dt_bias,
             allow_neg_eigval=self.cfg.allow_neg_eigval,
+            cu_seqlens=cu_seqlens,
         )
         gate = z.view(b, t, d.num_v_heads, d.head_v_dim) if self.cfg.use_gate else None
         o = self.out_norm(o, gate)
@@ -163,11 +171,13 @@ class Mamba2Mixer(nn.Module):
         self.eps = m.norm.eps
         self.out_proj = nn.Linear(self.d_inner, m.hidden_size, bias=m.linear_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cu_seqlens: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
         z, xbc, dt = self.in_proj(x).split([self.split[0], *_leading(self.split[1:], 3)], dim=-1)
-        xbc = _conv(xbc, self.conv1d, self.opts)  # x | B | C: adjacent columns, read in place
+        xbc = _conv(
+            xbc, self.conv1d, self.opts, cu_seqlens
+        )  # x | B | C: adjacent columns, read in place
         xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
         dt = F.softplus(dt.float() + self.dt_bias.float())  # [B,T,nh]
         a = -self.A_log.float().exp()
@@ -176,7 +186,8 @@ class Mamba2Mixer(nn.Module):
         ch = cc.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
         xh = xs.view(b, t, nh, p)
         k = (bh.float() * dt[..., None]).to(xh.dtype)
-        o = ops.ssd(self.opts, ch.to(xh.dtype), k, xh, (dt * a).to(torch.float32))
+        g = (dt * a).to(torch.float32)
+        o = ops.ssd(self.opts, ch.to(xh.dtype), k, xh, g, cu_seqlens=cu_seqlens)
         y = o + xh * self.D.to(xh.dtype)[:, None]
         y = y.reshape(b, t, self.d_inner) * F.silu(z)
         y = ops.torch_ops.group_rms_norm(y, self.norm.weight, self.eps, mb.num_groups)

@@ -30,6 +30,7 @@ from zebractl.model.layers import (
 )
 from zebractl.model.mixers import MIXERS
 from zebractl.model.ops import KernelOptions
+from zebractl.model.segments import Segments
 from zebractl.schemas.preset import ModelConfig
 from zebractl.schemas.recipe import KernelsConfig, RecomputeConfig
 
@@ -85,24 +86,26 @@ class ZebraStack(MegatronModule):
         self.layers = nn.ModuleList(layers)
         self.final_norm = Norm(h, eps, kind, opts)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, segments: Segments | None = None) -> Tensor:
         delta = None  # each sublayer's output, added to the stream inside the next norm
         mode = self.recompute_mode if recompute.active(self) else "none"
         if mode == "selective":
             for layer in self.layers:
-                delta, x = recompute.selective(layer.step, delta, x)
+                delta, x = recompute.selective(layer.step, delta, x, segments)
         else:
             checkpointed = self.recompute_blocks if mode == "full" else 0
             for b in range(len(self.layers) // 2):  # a block: mixer or MLA sublayer, then MLP
                 if b < checkpointed:
-                    delta, x = recompute.full(self._block, b, delta, x)
+                    delta, x = recompute.full(self._block, b, delta, x, segments)
                 else:
-                    delta, x = self._block(b, delta, x)
+                    delta, x = self._block(b, delta, x, segments)
         return self.final_norm.add(delta, x)[0]
 
-    def _block(self, b: int, delta: Tensor | None, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _block(
+        self, b: int, delta: Tensor | None, x: Tensor, segments: Segments | None
+    ) -> tuple[Tensor, Tensor]:
         for layer in self.layers[2 * b : 2 * b + 2]:
-            delta, x = layer.step(delta, x)
+            delta, x = layer.step(delta, x, segments)
         return delta, x
 
 
@@ -150,15 +153,24 @@ class ZebraModel(LanguageModule):
             return self.shared_embedding_or_output_weight()
         return self.output_layer.weight
 
-    def hidden_states(self, input_ids: Tensor) -> Tensor:
-        """Final-norm hidden states ``[B, T, H]``."""
-        return self.decoder(self.embedding(input_ids))
+    def hidden_states(self, input_ids: Tensor, segments: Segments | None = None) -> Tensor:
+        """Final-norm hidden states ``[B, T, H]`` (``segments``: the documents packed into each
+        row, kept apart; :mod:`zebractl.model.segments`)."""
+        x = self.embedding(input_ids)
+        if segments is not None and "mla" in self.model_config.sublayers:
+            # made here, outside any recomputed region, and shared by every MLA layer
+            segments.attention_bias(_compute_dtype(x))
+        return self.decoder(x, segments)
 
     def forward(
-        self, input_ids: Tensor, labels: Tensor | None = None, loss_mask: Tensor | None = None
+        self,
+        input_ids: Tensor,
+        labels: Tensor | None = None,
+        loss_mask: Tensor | None = None,
+        segments: Segments | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits ``[B, T, V]`` (fp32) without labels; with labels ``(loss_sum, num_tokens)``."""
-        h = self.hidden_states(input_ids)
+        h = self.hidden_states(input_ids, segments)
         w = self.lm_head_weight
         if labels is None:
             return F.linear(h, w).float()
@@ -166,6 +178,13 @@ class ZebraModel(LanguageModule):
             labels = labels.masked_fill(loss_mask == 0, -100)
         tokens = (labels != -100).sum()
         return ops.lm_loss(self.opts, h, w, labels), tokens
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype the attention's q/k/v will have: autocast's when it is on, else ``x``'s."""
+    if torch.is_autocast_enabled(x.device.type):
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
 
 
 def build_model(

@@ -48,6 +48,18 @@ class DataConfig(StrictModel):
     assistant turns of `zebractl prepare --format chat`), the loss their mean over the whole
     global batch (the same at any micro-batch and accumulation split); every dataset must have
     masks."""
+    packing: Literal["concat", "isolated"] | None = None
+    """How the documents packed into a row (each closed by the tokenizer's end-of-document token)
+    see each other. concat: a row is one sequence; attention, convolutions and recurrent states
+    run across a document boundary (FLA's and the seed's pretraining). isolated: each token sees
+    its own document only; the recurrent mixers restart at each document (FLA's variable-length
+    kernels), MLA attends within it, and the token after an end-of-document is not a label.
+    Unset: isolated for chat data, concat for text."""
+
+    @property
+    def isolated(self) -> bool:
+        """Whether documents are kept apart (``packing``, or its default for the format)."""
+        return (self.packing or ("isolated" if self.format == "chat" else "concat")) == "isolated"
 
 
 class BatchConfig(StrictModel):

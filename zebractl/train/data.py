@@ -329,3 +329,14 @@ def _collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         k: torch.stack([torch.as_tensor(it[k]) for it in items])
         for k in ("tokens", "labels", "loss_mask")
     }
+
+
+def keep_documents_apart(mb: dict[str, Any], eod: int) -> Any:
+    """``data.packing: isolated``: the micro-batch's documents (a
+    :class:`~zebractl.model.segments.Segments` for the model) and its ``loss_mask`` without the
+    labels that follow an end-of-document token (the next document's first token), in place."""
+    from zebractl.model.segments import Segments
+
+    tokens = mb["tokens"]
+    mb["loss_mask"] = mb["loss_mask"] * (tokens != eod).to(mb["loss_mask"].dtype)
+    return Segments.from_tokens(tokens, eod)

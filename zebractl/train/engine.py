@@ -384,6 +384,12 @@ def check_engine(cfg: RunConfig, device: torch.device, world: int = 1) -> None:
             "micro-batch on its own, not over the global batch's marked tokens; set "
             "kernels.cuda_graph=false"
         )
+    if cfg.kernels.cuda_graph and cfg.data.isolated:
+        raise ConfigError(
+            "kernels.cuda_graph with data.packing isolated: the documents' boundaries differ "
+            "from one micro-batch to the next and a graph replays one; set "
+            "kernels.cuda_graph=false or data.packing: concat"
+        )
     rc = cfg.recompute.mode
     if rc != "none" and (cfg.kernels.cuda_graph or cfg.kernels.fp8_mlp != "off"):
         what = "kernels.cuda_graph" if cfg.kernels.cuda_graph else "kernels.fp8_mlp"

@@ -55,6 +55,11 @@ def check(cfg: Any, reference: str) -> str:
         )
     if cfg.kernels.fp8_mlp != "off":
         raise ConfigError("--reference fla: FLA's classes have no FP8 MLP (kernels.fp8_mlp=off)")
+    if cfg.data.isolated:
+        raise ConfigError(
+            "--reference fla trains FLA's classes on whole rows: set data.packing: concat "
+            "(documents kept apart are zebractl's own)"
+        )
     return fam
 
 

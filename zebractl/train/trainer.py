@@ -185,6 +185,13 @@ class Trainer:
         # the data's own mistakes (a vocabulary larger than the model's, no held-out part) before
         # any kernel compiles: they end the run at once
         spec = resolve_data(cfg)
+        self.eod = spec.eod if cfg.data.isolated else None  # documents kept apart
+        if self.eod is not None and self.eod < 0:
+            raise ConfigError(
+                "data.packing is isolated but the data names no end-of-document token (raw "
+                ".bin/.idx prefixes without data.tokenizer); set data.tokenizer, or "
+                "data.packing: concat"
+            )
         val = cfg.validation
         has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
         if val is not None and not has_held_out:
@@ -544,7 +551,7 @@ class Trainer:
             ctx = contextlib.nullcontext() if n_mb == self.accum else engine.no_sync()
             with ctx, self._autocast():
                 loss_sum, ntok = engine.forward(
-                    mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
+                    mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"], **mb["extra"]
                 )
                 if scale is None:  # every token trained on: the micro-batch means, averaged
                     loss = loss_sum / ntok.clamp(min=1) / self.accum
@@ -575,7 +582,18 @@ class Trainer:
                 f"out of data: the step after {self.consumed:,} samples needs "
                 f"{self.cfg.batch.global_} more but the dataset has {len(self.train_ds):,}"
             ) from None
-        return {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+        return self._on_device(mb)
+
+    def _on_device(self, mb: dict[str, Any]) -> dict[str, Any]:
+        """A loader's micro-batch on the device; ``extra`` holds the model's other arguments
+        (``segments`` when documents are kept apart)."""
+        from zebractl.train.data import keep_documents_apart
+
+        out: dict[str, Any] = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+        out["extra"] = {}
+        if self.eod is not None:
+            out["extra"]["segments"] = keep_documents_apart(out, self.eod)
+        return out
 
     def _chat_scale(self, batches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
         """``world / marked tokens of the global batch`` (data.format chat): each micro-batch's
@@ -617,10 +635,10 @@ class Trainer:
             for mb in loader(
                 self.valid_ds, sampler, c.data.num_workers, self.device.type == "cuda"
             ):
-                mb = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
+                mb = self._on_device(mb)
                 with self._autocast():
                     loss_sum, ntok = self.engine.forward(
-                        mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"]
+                        mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"], **mb["extra"]
                     )
                 total += torch.stack([loss_sum.double(), ntok.double()])
         finally:

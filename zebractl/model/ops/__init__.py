@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from zebractl.model.ops import torch_ops as T
+from zebractl.model.segments import per_document
 from zebractl.schemas.recipe import KernelsConfig
 
 Tensor = torch.Tensor
@@ -61,6 +62,15 @@ def resolve_backend(requested: str, device: torch.device | str | None = None) ->
     return "torch"
 
 
+def _check_varlen(
+    cu_seqlens: Tensor | None, x: Tensor, initial_state: Tensor | None, final: bool
+) -> None:
+    if cu_seqlens is not None and (x.shape[0] != 1 or initial_state is not None or final):
+        raise ValueError(
+            "cu_seqlens: the documents of one flattened sequence (batch 1), from a zero state"
+        )
+
+
 def _beta(beta_raw: Tensor, allow_neg_eigval: bool) -> Tensor:
     b = torch.sigmoid(beta_raw.float())
     return b * 2 if allow_neg_eigval else b
@@ -104,12 +114,15 @@ def kda(
     lower_bound: float | None = None,
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Kimi Delta Attention on raw projections: q, k ``[B,T,H,K]``, v ``[B,T,HV,V]``,
     f (decay logits) ``[B,T,HV,K]``, beta_raw ``[B,T,HV]`` -> ``[B,T,HV,V]``.
 
     ``initial_state`` ``[B,HV,K,V]`` (fp32) continues a sequence; with ``output_final_state``
-    the result is ``(output, final state)`` (generation's cache)."""
+    the result is ``(output, final state)`` (generation's cache). ``cu_seqlens`` (B = 1): the
+    documents' offsets, each run from a zero state (:mod:`zebractl.model.segments`)."""
+    _check_varlen(cu_seqlens, q, initial_state, output_final_state)
     if opts.backend == "fla":
         from fla.ops.kda import chunk_kda
 
@@ -136,10 +149,17 @@ def kda(
             lower_bound=lower_bound,
             initial_state=initial_state,
             output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
             **kwargs,
         )
         return (o, s) if output_final_state else o
     g = _kda_gate(f, a_log, dt_bias, lower_bound)
+    if cu_seqlens is not None:
+        return per_document(
+            lambda *xs: _torch_delta_rule(*xs, allow_neg_eigval, None, False),
+            cu_seqlens,
+            q, k, v, g, beta_raw,
+        )  # fmt: skip
     return _torch_delta_rule(
         q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
     )
@@ -166,9 +186,11 @@ def gdn(
     allow_neg_eigval: bool = False,
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Gated DeltaNet on raw projections: a (decay logits) ``[B,T,HV]`` -> ``[B,T,HV,V]``
-    (``initial_state`` / ``output_final_state`` as :func:`kda`)."""
+    (``initial_state`` / ``output_final_state`` / ``cu_seqlens`` as :func:`kda`)."""
+    _check_varlen(cu_seqlens, q, initial_state, output_final_state)
     if opts.backend == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
@@ -193,10 +215,17 @@ def gdn(
             allow_neg_eigval=allow_neg_eigval,
             initial_state=initial_state,
             output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
             **kwargs,
         )
         return (o, s) if output_final_state else o
     g = T.gdn_gate(a, a_log, dt_bias)
+    if cu_seqlens is not None:
+        return per_document(
+            lambda *xs: _torch_delta_rule(*xs, allow_neg_eigval, None, False),
+            cu_seqlens,
+            q, k, v, g, beta_raw,
+        )  # fmt: skip
     return _torch_delta_rule(
         q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
     )
@@ -210,12 +239,14 @@ def ssd(
     g: Tensor,
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba2's SSD as scalar-decay linear attention: ``o = sum_j (c_i.b_j) exp(G_i-G_j) x_j``.
 
     c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
-    g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA.
+    g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA. ``cu_seqlens`` as :func:`kda`.
     """
+    _check_varlen(cu_seqlens, c, initial_state, output_final_state)
     if opts.backend == "fla":
         from fla.ops.simple_gla import chunk_simple_gla
 
@@ -229,22 +260,38 @@ def ssd(
             scale=1.0,
             initial_state=initial_state,
             output_final_state=output_final_state,
+            cu_seqlens=cu_seqlens,
         )
         return (o.to(x.dtype), s) if output_final_state else o.to(x.dtype)
+    if cu_seqlens is not None:
+        return per_document(
+            lambda *xs: T.chunk_scalar_gla(*xs, scale=1.0)[0], cu_seqlens, c, b, x, g
+        )
     o, s = T.chunk_scalar_gla(
         c, b, x, g, scale=1.0, initial_state=initial_state, output_final_state=output_final_state
     )
     return (o, s) if output_final_state else o
 
 
-def short_conv(opts: KernelOptions, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Causal depthwise conv + SiLU over ``[B,T,D]`` with weight ``[D,1,W]``."""
+def short_conv(
+    opts: KernelOptions,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    cu_seqlens: Tensor | None = None,
+) -> Tensor:
+    """Causal depthwise conv + SiLU over ``[B,T,D]`` with weight ``[D,1,W]`` (``cu_seqlens``:
+    each document of a ``[1,N,D]`` sequence padded on its own, as :func:`kda`)."""
     w = weight.squeeze(1)
     if opts.fla(opts.kernels.fused_short_conv):
         from fla.modules.causal_conv1d.ops import causal_conv1d
 
-        y, _ = causal_conv1d(x, w, bias, activation="silu", backend="triton")
+        y, _ = causal_conv1d(x, w, bias, activation="silu", backend="triton", cu_seqlens=cu_seqlens)
         return y
+    if cu_seqlens is not None:
+        return per_document(
+            lambda xs: T.causal_conv1d(xs, w, bias, activation="silu"), cu_seqlens, x
+        )
     return T.causal_conv1d(x, w, bias, activation="silu")
 
 

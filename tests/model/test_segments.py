@@ -1,0 +1,136 @@
+"""Documents packed into a row and kept apart (``data.packing: isolated``, zebractl.model.segments).
+
+A document packed among others must be computed exactly as if it were alone in its row: the same
+hidden states, the same loss, the same gradients. Without isolation the same rows differ (the
+check can fail). CPU: fp32, the torch kernels, tolerance 1e-5. GPU: FLA's variable-length kernels
+against the same documents alone, bf16, tolerance stated in the test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from zebractl.config.resolve import resolve_preset  # noqa: E402
+from zebractl.model.model import build_model  # noqa: E402
+from zebractl.model.segments import Segments  # noqa: E402
+from zebractl.schemas.recipe import RecomputeConfig  # noqa: E402
+
+EOD = 0
+SEED = 11
+LENGTHS = [[13, 40, 11], [64], [1, 30, 33]]  # three rows of 64 tokens; a one-token document too
+
+
+def _rows(vocab: int, lengths=LENGTHS, seed: int = SEED, device: str = "cpu"):
+    """(ids [B, T], the documents) with each document closed by EOD (seed printed on failure)."""
+    g = torch.Generator().manual_seed(seed)
+    docs, rows = [], []
+    for row in lengths:
+        parts = []
+        for n in row:
+            d = torch.randint(1, vocab, (n,), generator=g)
+            d[-1] = EOD
+            parts.append(d)
+        docs += parts
+        rows.append(torch.cat(parts))
+    return torch.stack(rows).to(device), [d.to(device) for d in docs]
+
+
+def test_segments_from_tokens():
+    ids = torch.tensor([[5, 0, 7, 8, 0, 0], [0, 3, 4, 5, 6, 0]])
+    s = Segments.from_tokens(ids, 0)
+    assert s.cu_seqlens.tolist() == [0, 2, 5, 6, 7, 12]  # row ends are boundaries; 0 0 -> [0]
+    assert s.doc.tolist() == [[0, 0, 1, 1, 1, 2], [0, 1, 1, 1, 1, 1]]
+    bias = s.attention_bias(torch.float32)
+    assert bias.shape == (2, 1, 6, 6) and s.attention_bias(torch.float32) is bias
+    allowed = (bias[0, 0] == 0).int().tolist()
+    assert allowed[3] == [0, 0, 1, 1, 0, 0]  # its own document, causally
+    assert allowed[5] == [0, 0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("name", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
+def test_a_packed_document_is_computed_as_if_alone(name):
+    m = resolve_preset(name).config
+    model = build_model(m, seed=SEED)
+    ids, docs = _rows(m.vocab_size)
+    print(f"seed {SEED}")
+    with torch.no_grad():
+        packed = model.hidden_states(ids, Segments.from_tokens(ids, EOD)).reshape(-1, m.hidden_size)
+        crossed = model.hidden_states(ids).reshape(-1, m.hidden_size)
+        alone = torch.cat([model.hidden_states(d[None])[0] for d in docs])
+    assert (packed - alone).abs().max() < 1e-5
+    assert (crossed - alone).abs().max() > 1e-2  # without isolation the rows do differ
+
+
+@pytest.mark.parametrize("name", ["tiny_mamba", "tiny_hybrid"])
+def test_loss_and_gradients_are_those_of_the_documents_alone(name):
+    m = resolve_preset(name).config
+    ids, docs = _rows(m.vocab_size)
+    labels = torch.roll(ids, -1, 1)
+
+    def grads(model):
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    model = build_model(m, seed=SEED)
+    seg = Segments.from_tokens(ids, EOD)
+    mask = (ids != EOD).float()  # no label across a boundary (the trainer's rule)
+    loss, n = model(ids, labels=labels, loss_mask=mask, segments=seg)
+    loss.backward()
+    packed = grads(model)
+
+    ref = build_model(m, seed=SEED)
+    total, count = 0.0, 0
+    for d in docs:  # each alone: its labels within itself, the last (EOD) one not trained on
+        if d.numel() < 2:
+            continue
+        s, k = ref(d[None, :-1], labels=d[None, 1:])
+        s.backward()
+        total, count = total + s.detach(), count + int(k)
+    alone = grads(ref)
+    assert int(n) == count
+    assert torch.allclose(loss.detach(), torch.as_tensor(total), rtol=1e-6)
+    for k, g in packed.items():  # relative to the gradient's norm: fp32 sums in another order
+        assert (g - alone[k]).norm() <= 1e-5 * alone[k].norm() + 1e-7, k
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_recomputation_with_segments_changes_nothing(mode):
+    m = resolve_preset("tiny_hybrid").config
+    ids, _ = _rows(m.vocab_size)
+
+    def step(rc):
+        model = build_model(m, seed=SEED, recompute=RecomputeConfig(mode=rc))
+        loss, n = model(ids, labels=torch.roll(ids, -1, 1), segments=Segments.from_tokens(ids, EOD))
+        (loss / n).backward()
+        return loss.detach(), {k: p.grad for k, p in model.named_parameters()}
+
+    loss, g = step("none")
+    loss2, g2 = step(mode)
+    assert torch.equal(loss, loss2)
+    assert all(torch.equal(g[k], g2[k]) for k in g)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
+def test_fla_variable_length_kernels_keep_documents_apart(name):
+    """FLA's kernels with cu_seqlens (bf16 autocast on the GPU) against each document alone:
+    hidden states within 2e-2 (bf16 rounding, fp32 residual stream), and clearly apart without
+    isolation."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    m = resolve_preset(name).config
+    model = build_model(m, seed=SEED, device="cuda")
+    assert model.opts.backend == "fla"
+    lengths = [[100, 300, 112], [512], [64, 64, 384]]
+    ids, docs = _rows(m.vocab_size, lengths, device="cuda")
+    print(f"seed {SEED}")
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        packed = model.hidden_states(ids, Segments.from_tokens(ids, EOD))
+        crossed = model.hidden_states(ids)
+        alone = torch.cat([model.hidden_states(d[None])[0] for d in docs])
+    packed, crossed = packed.float().reshape(alone.shape), crossed.float().reshape(alone.shape)
+    err = (packed - alone).abs().max().item()
+    assert err < 2e-2, err
+    assert (crossed - alone).abs().max().item() > 10 * err
