@@ -46,7 +46,10 @@
 #   CHECK_MEMORY_RUNS="RECIPE[:MICRO|fit[:MODE[:SET,...]]] ..."  the memory phase's runs (default:
 #                                    the one-GPU 1B/3B recipes as shipped, the 8B's blocks at depth
 #                                    4 and 8, three runs of other recompute modes; issue 27)
+#                                    (in a SET, @JOB is the job folder and @CHAT CHECK_CHAT_DATA:
+#                                    issue 29's SFT row trains a run from another's checkpoint)
 #   CHECK_MEMORY_ITERS=20  CHECK_MEMORY_CAP=300 (seconds per run)
+#   CHECK_CHAT_DATA=DIR   a `zebractl prepare --format chat` dataset (absolute path) for @CHAT
 #   CHECK_BUDGET=720      overall seconds (0: no overall deadline, the caps alone)
 #   CHECK_CAP_SCALE=1     multiply every cap (a slower GPU, locally)
 #   CHECK_XDIST=3         pytest -n N --dist load (0 or empty: one process). Two workers (loadfile)
@@ -263,6 +266,11 @@ phase_memory() {
   : > "$JOB/memory_runs.tsv"
   for spec in ${CHECK_MEMORY_RUNS:-$MEMORY_RUNS}; do
     IFS=: read -r recipe micro mode extra <<< "$spec"
+    extra=${extra//@JOB/$JOB}
+    if [[ $extra == *@CHAT* ]]; then
+      [ -d "${CHECK_CHAT_DATA:-}" ] || { fails+=("$recipe: @CHAT without a CHECK_CHAT_DATA folder"); continue; }
+      extra=${extra//@CHAT/$CHECK_CHAT_DATA}
+    fi
     if [ -z "$micro$mode$extra" ]; then  # as shipped: its pre-flight check first
       gpu_step memory "check_$recipe" 90 TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" \
         --output "$JOB/runs/check_$recipe" --check --json
@@ -443,7 +451,7 @@ write_env() {  # everything the job (a fresh bash under setsid, or this one) nee
       SETUP_OK SETUP_REASON OUTDIR FLA_VARIANTS CHECK_FORCE CHECK_XDIST CHECK_CAP_SCALE \
       CHECK_EVAL_CAP CHECK_EVAL_BATCH \
       CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO CHECK_MEMORY_RUNS CHECK_MEMORY_ITERS \
-      CHECK_MEMORY_CAP; do
+      CHECK_MEMORY_CAP CHECK_CHAT_DATA; do
     envvar "$v" "${!v:-}"
   done
 }
