@@ -24,6 +24,7 @@ EXTRA_OF: dict[str, str] = {
     "tokenizers": "data",
     "pyarrow": "data",
     "sentencepiece": "data",
+    "jinja2": "data",
     "torch": "data",
     "fla": "train",
     "triton": "train",
@@ -48,7 +49,7 @@ _CONVERT = (*_TRAIN, "fla.models", "safetensors")
 NEEDS: dict[str, tuple[str, ...]] = {
     # command -> third-party modules it imports at run time (cheap find_spec check, then doctor's
     # real import), then the zebractl modules it imports lazily (doctor only)
-    "prepare": ("numpy", "megatron.core", "tokenizers"),
+    "prepare": ("numpy", "megatron.core", "tokenizers", "jinja2"),
     "train": _TRAIN,
     "warmup": _TRAIN,
     "convert": _CONVERT,

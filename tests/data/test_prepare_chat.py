@@ -1,10 +1,13 @@
 """`zebractl prepare --format chat` (issue 29): conversations to tokens plus a loss mask that covers
 exactly the assistant turns (decoded back here), hostile records named by file:line (exit 2) or
 counted with --skip-bad, the overlong policy counted in the manifest, and a mask damaged after
-the fact caught by --verify (exit 3)."""
+the fact caught by --verify (exit 3). --chat-template: auto (the tokenizer's own template, else
+chatml, said in the output and the manifest), a Jinja file (ChatML as a file prepares the
+built-in's very bytes), and hostile template files named (exit 2). No randomness."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -55,12 +58,23 @@ def _read(out: Path):
 
 
 def test_the_mask_covers_exactly_the_assistant_turns(cli, tmp_path):
+    from zebractl.data.chat import CHATML_JINJA
     from zebractl.data.tokenizer import load_tokenizer
 
     r = _prepare(cli, _jsonl(tmp_path / "talk.jsonl", TALKS), tmp_path / "out")
     assert r.exit_code == 0, r.output
-    assert "built-in chatml template" in r.stdout
+    assert (
+        "built-in chatml template (auto: the tokenizer has no chat template of its own)" in r.stdout
+    )
     manifest, rows = _read(tmp_path / "out")
+    template = manifest["chat"]["template"]
+    assert (template["name"], template["source"], template["text"]) == (
+        "chatml",
+        "builtin",
+        CHATML_JINJA,
+    )
+    assert template["sha256"] == hashlib.sha256(CHATML_JINJA.encode()).hexdigest()
+    assert manifest["options"]["chat_template"] == "auto"
     tok = load_tokenizer(GPT2)
     assert len(rows) == len(TALKS)
     for (ids, mask), talk in zip(rows, TALKS, strict=True):
@@ -192,3 +206,190 @@ def test_parquet_messages_and_a_damaged_mask(cli, tmp_path):
     mask.write_bytes(bytes(data))
     v = cli("prepare", "--verify", str(tmp_path / "out"))
     assert v.exit_code == 3 and "train.mask.bin" in v.output, v.output
+
+
+# Llama-3-like: BOS, role headers, contents trimmed, <|eot_id|> closes a turn
+LLAMA3 = r"""{{- bos_token }}
+{%- for message in messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+
+
+def _masked_spans(tok, ids, mask):
+    spans, run = [], []
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            run.append(i)
+        elif run:
+            spans.append(tok._impl.decode(run))
+            run = []
+    return spans + ([tok._impl.decode(run)] if run else [])
+
+
+def test_chatml_as_a_jinja_file_prepares_the_builtin_s_bytes_on_the_demo_conversations(
+    cli, tmp_path, demo_chat
+):
+    """The demo conversations (1,319) rendered with ChatML written as a Jinja file: the same
+    token and mask files, byte for byte, as the built-in template's (the demo_chat fixture:
+    auto on GPT-2, so chatml), and the same template sha256."""
+    from zebractl.data.chat import CHATML_JINJA
+
+    path = tmp_path / "chatml.jinja"
+    path.write_text(CHATML_JINJA, encoding="utf-8")
+    out = tmp_path / "file"
+    r = cli(
+        "prepare", "--demo", "--format", "chat", "--valid-fraction", "0.05", "--workers", "1",
+        "--chat-template", str(path), "-o", str(out),
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"rendered with the chat template {path} (sha256 " in r.stdout
+    builtin = json.loads((demo_chat / "manifest.json").read_text())
+    mine = json.loads((out / "manifest.json").read_text())
+    assert builtin["chat"]["conversations"] == mine["chat"]["conversations"] == 1319
+    assert builtin["chat"]["template"]["source"] == "builtin"
+    assert (mine["chat"]["template"]["source"], mine["chat"]["template"]["name"]) == (
+        "file",
+        str(path),
+    )
+    assert mine["chat"]["template"]["sha256"] == builtin["chat"]["template"]["sha256"]
+    files = [(s["prefix"], s["kind"], s["files"]) for s in builtin["shards"]]
+    assert [(s["prefix"], s["kind"], s["files"]) for s in mine["shards"]] == files
+    assert {k for _, k, _ in files} == {"tokens", "mask"}
+
+
+def _tokenizer_with_template(folder: Path, template: str) -> Path:
+    """The demo GPT-2 tokenizer saved as a tokenizer.json folder whose tokenizer_config.json
+    carries ``template`` as its chat_template (offline)."""
+    from zebractl.data.tokenizer import load_tokenizer
+
+    load_tokenizer(GPT2).save(folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": template}))
+    return folder
+
+
+def test_auto_renders_with_the_tokenizer_s_own_template(cli, tmp_path):
+    """Two files, two workers: the template travels to the worker processes."""
+    from zebractl.data.tokenizer import load_tokenizer
+
+    folder = _tokenizer_with_template(tmp_path / "tok", LLAMA3)
+    srcs = [_jsonl(tmp_path / "a.jsonl", TALKS[:1]), _jsonl(tmp_path / "b.jsonl", TALKS[1:])]
+    out = tmp_path / "out"
+    r = cli(
+        "prepare", *map(str, srcs), "--format", "chat", "--tokenizer", str(folder),
+        "-o", str(out), "--workers", "2",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    config = folder / "tokenizer_config.json"
+    assert f"rendered with the tokenizer's own chat template ({config}, sha256 " in r.stdout
+    manifest, rows = _read(out)
+    assert len(manifest["shards"]) == 4  # two shards, each tokens + mask
+    t = manifest["chat"]["template"]
+    assert (t["source"], t["name"], t["text"]) == ("tokenizer", str(config), LLAMA3)
+    assert t["sha256"] == hashlib.sha256(LLAMA3.encode()).hexdigest()
+    assert t["reason"] == "auto: the tokenizer's own chat template"
+    tok = load_tokenizer(str(folder))
+    for (ids, mask), talk in zip(rows, TALKS, strict=True):
+        want = [m["content"].strip() + "<|eot_id|>" for m in talk if m["role"] == "assistant"]
+        assert _masked_spans(tok, ids, mask) == want
+        text = tok._impl.decode(ids[:-1])
+        assert text.startswith("<|endoftext|><|start_header_id|>") and text.endswith("<|eot_id|>")
+    assert cli("prepare", "--verify", str(out)).exit_code == 0
+    doc = json.loads((out / "manifest.json").read_text())
+    doc["chat"]["template"]["text"] += " "  # the text no longer the one its sha256 names
+    (out / "manifest.json").write_text(json.dumps(doc))
+    v = cli("prepare", "--verify", str(out))
+    assert v.exit_code == 3 and "chat.template" in v.output, v.output
+
+
+def test_a_named_template_overrides_the_tokenizer_s_own(cli, tmp_path):
+    folder = _tokenizer_with_template(tmp_path / "tok", LLAMA3)
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    r = cli(
+        "prepare", str(src), "--format", "chat", "--tokenizer", str(folder),
+        "--chat-template", "chatml", "-o", str(tmp_path / "out"), "--workers", "1",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "built-in chatml template (--chat-template chatml)" in r.stdout
+
+
+HOSTILE_TEMPLATES = {
+    # name: (file bytes or None for no file, what stderr says after the file's name)
+    "missing": (None, ": no such Jinja file (the built-in templates are chatml"),
+    "not utf-8": (b"{{ messages }}\n\xff\n", ":2: not UTF-8 text (byte 0xff)"),
+    "syntax error": (b"{% for m in messages %}\n{{ m.content }}\n{% if %}\n", ":3: Jinja syntax error"),
+    "empty": (b"  \n", ": an empty chat template"),
+    "renders nothing": (b"{% if false %}x{% endif %}", ": renders nothing for this conversation"),
+    "no assistant content": (b"{% for m in messages %}{{ m.role }}\n{% endfor %}", ": does not put the assistant's content"),
+    "runtime error": (b"\n{{ messages[0].content.nope() }}", ":2: the chat template failed on"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_TEMPLATES))
+def test_a_hostile_template_file_is_named(cli, tmp_path, case):
+    data, message = HOSTILE_TEMPLATES[case]
+    path = tmp_path / "t.jinja"
+    if data is not None:
+        path.write_bytes(data)
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    r = _prepare(cli, src, tmp_path / "out", "--chat-template", str(path), "--skip-bad")
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert str(path) in r.stderr and message in r.stderr, r.stderr
+    if case in ("renders nothing", "no assistant content", "runtime error"):
+        assert f"{src}:1" in r.stderr  # the record it failed on
+
+
+def test_a_template_that_is_not_prefix_stable_names_itself_and_the_record(cli, tmp_path):
+    """Rendering four turns changes how the first three were written: the second record."""
+    path = tmp_path / "t.jinja"
+    path.write_text(
+        "{% if messages | length > 3 %}[long]{% endif %}"
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"
+    )
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    r = _prepare(cli, src, tmp_path / "out", "--chat-template", str(path))
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"chat template {path}: not prefix-stable" in r.stderr and f"{src}:2" in r.stderr
+
+
+def test_a_template_refusing_a_record_names_it_or_skip_bad_counts_it(cli, tmp_path):
+    path = tmp_path / "no_system.jinja"
+    path.write_text(
+        "{% for m in messages %}{% if m.role == 'system' %}"
+        "{{ raise_exception('system turns are not supported') }}{% endif %}"
+        "<{{ m.role }}>{{ m.content }}</s>{% endfor %}"
+    )
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    r = _prepare(cli, src, tmp_path / "out", "--chat-template", str(path))
+    assert r.exit_code == 2, r.output
+    assert f"{src}:1: the chat template {path} refuses this record: system turns" in r.stderr
+    r = _prepare(cli, src, tmp_path / "skip", "--chat-template", str(path), "--skip-bad", "--json")
+    assert r.exit_code == 0, r.output
+    manifest = json.loads(r.stdout)["manifest"]
+    assert manifest["totals"]["skipped"] == {"template_refused": 1}
+    assert manifest["chat"]["conversations"] == 1
+
+
+def test_a_broken_template_of_the_tokenizer_is_named(cli, tmp_path):
+    folder = _tokenizer_with_template(tmp_path / "tok", "{% for m in messages %}\n{{ m.content }")
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    r = cli(
+        "prepare", str(src), "--format", "chat", "--tokenizer", str(folder), "-o", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"{folder / 'tokenizer_config.json'} (its chat_template, line 2)" in r.stderr
+
+
+def test_resuming_with_another_template_text_is_refused(cli, tmp_path):
+    path = tmp_path / "t.jinja"
+    path.write_text(LLAMA3)
+    src = _jsonl(tmp_path / "talk.jsonl", TALKS)
+    assert _prepare(cli, src, tmp_path / "out", "--chat-template", str(path)).exit_code == 0
+    path.write_text(LLAMA3.replace("<|eot_id|>", "<|end|>"))  # same path, another template
+    r = _prepare(cli, src, tmp_path / "out", "--chat-template", str(path))
+    assert r.exit_code == 2 and "another chat template" in r.stderr, r.output

@@ -157,6 +157,27 @@ def test_prepare_and_verify(cli, tmp_path, data_tools, options):
     assert verified.ok and verified.checked.tokens == manifest.totals.tokens
 
 
+@pytest.mark.parametrize("template", ["auto", "file"])
+def test_prepare_chat_report(cli, tmp_path, data_tools, template):
+    """Chat data: the manifest's chat section (template record included) in the report."""
+    pytest.importorskip("jinja2")
+    from zebractl.data.chat import CHATML_JINJA
+
+    src = tmp_path / "talk.jsonl"
+    talk = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+    src.write_text(json.dumps({"messages": talk}) + "\n")
+    spec = template
+    if template == "file":
+        spec = str(tmp_path / "chatml.jinja")
+        Path(spec).write_text(CHATML_JINJA)
+    argv = ["prepare", str(src), "--format", "chat", "--tokenizer", data_tools, "--json"]
+    result = cli(*argv, "-o", str(tmp_path / "out"), "--workers", "1", "--chat-template", spec)
+    assert result.exit_code == 0, result.output
+    chat = check(reports.PrepareReport, result).manifest.chat
+    assert chat is not None and chat.conversations == 1
+    assert chat.template.source == ("builtin" if template == "auto" else "file")
+
+
 def test_failed_verify_is_a_report_too(cli, tmp_path, data_tools):
     src = tmp_path / "a.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 5))

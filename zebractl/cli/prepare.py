@@ -40,7 +40,10 @@ def prepare(
         "record, with a loss mask on the assistant turns.",
     ),
     chat_template: str = typer.Option(
-        "chatml", "--chat-template", help="chat: the built-in template the turns are rendered with."
+        "auto",
+        "--chat-template",
+        help="chat: the template the turns are rendered with: auto (the tokenizer's own chat "
+        "template, else chatml), a built-in name (chatml) or a Jinja file.",
     ),
     overlong: str = typer.Option(
         "truncate",
@@ -161,9 +164,11 @@ def prepare(
         )
     talk = manifest.get("chat")
     if talk:
+        from zebractl.data.chat_template import describe_in_words
+
         print(
-            f"  chat: {talk['conversations']:,} conversations rendered with the built-in "
-            f"{talk['template']['name']} template (the tokenizer's own chat template is not used); "
+            f"  chat: {talk['conversations']:,} conversations rendered with "
+            f"{describe_in_words(talk['template'])}; "
             f"{talk['masked_fraction']:.1%} of the tokens are trained on (assistant turns); "
             f"{talk['truncated']:,} truncated, {talk['dropped']:,} dropped "
             f"(--overlong {talk['overlong']}, --seq-length {talk['seq_length'] or 'none'})"

@@ -7,11 +7,14 @@ record's ``file:line``). :func:`encode` renders the turns with a template into t
 mask that is 1 exactly on the assistant turns' content and their end-of-turn marker, and
 :func:`fit` applies the declared policy to a conversation longer than the sequence.
 
-Each piece of a turn (the role header, the content, the end-of-turn marker) is tokenized on its
-own and the ids concatenated, so the mask's boundaries are the pieces' boundaries by construction
-(tokenizing the rendered string whole could merge a content's last characters with the marker).
-The built-in template is ChatML (``<|im_start|>ROLE\\n ... <|im_end|>\\n``), the default for
-tokenizers without a chat template of their own.
+A template cuts a conversation into pieces of text, each marked trained or not (``pieces``); each
+piece is tokenized on its own and the ids concatenated, so the mask's boundaries are the pieces'
+boundaries by construction and no token straddles one (tokenizing the rendered string whole could
+merge a content's last characters with the marker: GPT-2 reads ``18.<|im_end|>`` as ``18``,
+``.<``, ...). The built-in template is ChatML (``<|im_start|>ROLE\\n ... <|im_end|>\\n``), the
+default for tokenizers without a chat template of their own; its pieces are each turn's header,
+content and end marker. A Jinja template (the tokenizer's own or a file) is rendered and cut by
+:mod:`zebractl.data.chat_template` into the same kind of pieces.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ PROBLEMS = (
     "bad_content",
     "empty_content",
     "no_assistant",
+    "template_refused",
 )
-"""The reasons :func:`parse_messages` gives for a bad record (``--skip-bad`` counts them)."""
+"""The reasons a record is bad (``--skip-bad`` counts them): :func:`parse_messages`'s, and a
+Jinja template's ``raise_exception`` refusing the record (:mod:`zebractl.data.chat_template`)."""
 
 
 @dataclass(frozen=True)
@@ -44,14 +49,33 @@ class Message:
 
 @dataclass(frozen=True)
 class Template:
-    """How a turn is written: ``header`` (with ``{role}``), the content, then ``end``."""
+    """A built-in template: a turn is ``header`` (with ``{role}``), the content, then ``end``.
+    ``jinja`` is the same template as Jinja text (rendered with it, a conversation gives the same
+    pieces, so the same ids and mask: tested); its sha256 is the one the manifest records."""
 
     name: str
     header: str
     end: str
+    jinja: str = ""
+
+    def pieces(self, messages: list[Message], where: str = "") -> list[tuple[str, int]]:
+        """(text, trained) pieces: each turn's header (0), content and end (1 for an assistant)."""
+        out: list[tuple[str, int]] = []
+        for m in messages:
+            trained = int(m.role == "assistant")
+            out += [(self.header.format(role=m.role), 0), (m.content, trained), (self.end, trained)]
+        return out
 
 
-TEMPLATES = {"chatml": Template("chatml", "<|im_start|>{role}\n", "<|im_end|>\n")}
+CHATML_JINJA = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""ChatML as a Jinja chat template (the common Hugging Face text of it)."""
+
+TEMPLATES = {"chatml": Template("chatml", "<|im_start|>{role}\n", "<|im_end|>\n", CHATML_JINJA)}
 """The built-in templates, by name."""
 
 
@@ -90,20 +114,22 @@ def parse_messages(obj: Any, where: str) -> list[Message]:
 
 
 def encode(
-    messages: list[Message], tok: Any, template: Template, eos_id: int | None = None
+    messages: list[Message],
+    tok: Any,
+    template: Any,
+    eos_id: int | None = None,
+    where: str = "",
 ) -> tuple[list[int], list[int]]:
     """(token ids, loss mask) of a conversation: the mask is 1 on every assistant turn's content
     and end-of-turn marker, 0 elsewhere; ``eos_id`` (if given) closes the conversation, unmasked.
-    ``tok`` is a :class:`zebractl.data.tokenizer.Tokenizer` (``encode_batch``)."""
-    pieces: list[str] = []
-    learn: list[int] = []
-    for m in messages:
-        trained = int(m.role == "assistant")
-        pieces += [template.header.format(role=m.role), m.content, template.end]
-        learn += [0, trained, trained]
+    ``tok`` is a :class:`zebractl.data.tokenizer.Tokenizer` (``encode_batch``); ``template`` a
+    :class:`Template` or a :class:`zebractl.data.chat_template.JinjaTemplate` (``pieces``);
+    ``where`` (``file:line``) names the record in a template's errors."""
+    pieces = template.pieces(messages, where)
     ids: list[int] = []
     mask: list[int] = []
-    for piece_ids, on in zip(tok.encode_batch(pieces), learn, strict=True):
+    texts = [text for text, _ in pieces]
+    for piece_ids, on in zip(tok.encode_batch(texts), [on for _, on in pieces], strict=True):
         ids += piece_ids
         mask += [on] * len(piece_ids)
     if eos_id is not None:

@@ -2,8 +2,9 @@
 
 Each record's ``messages`` (``--text-key``, default ``messages`` for chat) is checked by
 :func:`zebractl.data.chat.parse_messages` (a bad record: exit 2 naming ``file:line``, or counted and
-skipped with ``--skip-bad``), rendered by the template (:func:`zebractl.data.chat.encode`: the
-mask is 1 exactly on the assistant turns' content and end-of-turn marker) and, with
+skipped with ``--skip-bad``), rendered by the template (``--chat-template``, chosen once by
+:func:`zebractl.data.chat_template.resolve`; :func:`zebractl.data.chat.encode`: the mask is 1
+exactly on the assistant turns' content and end-of-turn marker) and, with
 ``--seq-length``, cut to it by the ``--overlong`` policy (:func:`zebractl.data.chat.fit`). One
 conversation is one document of ``shards/NAME.SPLIT.bin/.idx``; its mask, one uint8 per token, the
 document of the same index in ``shards/NAME.SPLIT.mask.bin/.idx`` (the same Megatron indexed
@@ -32,8 +33,10 @@ def tokenize_chat_shard(
     tok: Any,
     dtype_name: str,
     report: Callable[[int, int, int], None],
+    template: Any,
 ) -> dict[str, Any]:
-    """Tokenize one shard of chat records; return its stats (as
+    """Tokenize one shard of chat records with ``template`` (a
+    :class:`zebractl.data.chat_template.ChatTemplate`); return its stats (as
     :func:`zebractl.data.prepare.tokenize_shard` does, plus ``chat``)."""
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
@@ -50,7 +53,7 @@ def tokenize_chat_shard(
     out = Path(opts.output)
     tmp_dir, final_dir = out / ".tmp", out / "shards"
     dtype = np.dtype(dtype_name).type
-    template = chat.TEMPLATES[opts.chat_template]
+    renderer = template.renderer
     eos = tok.eos_id if opts.add_eos else None
     if opts.add_eos and eos is None:
         from zebractl.config.errors import ConfigError
@@ -76,12 +79,12 @@ def tokenize_chat_shard(
                             raise item
                         value, where = item
                         messages = chat.parse_messages({"messages": value}, where)
+                        ids, mask = chat.encode(messages, tok, renderer, eos, where)
                     except InputError as exc:
                         if not opts.skip_bad or exc.reason not in RECORD_PROBLEMS + chat.PROBLEMS:
                             raise
                         src_skipped[exc.reason] += 1
                         continue
-                    ids, mask = chat.encode(messages, tok, template, eos)
                     talk["conversations"] += 1
                     if opts.seq_length:
                         kept = chat.fit(ids, mask, opts.seq_length, opts.overlong)
@@ -155,14 +158,15 @@ def tokenize_chat_shard(
     return stats
 
 
-def manifest_section(opts: Any, shard_stats: list[dict[str, Any]], tokens: int) -> dict[str, Any]:
+def manifest_section(
+    opts: Any, shard_stats: list[dict[str, Any]], tokens: int, template: Any
+) -> dict[str, Any]:
     """The manifest's ``chat`` section: the template, the policy and the counts of every shard."""
     total: Counter = Counter()
     for st in shard_stats:
         total.update(st.get("chat") or {})
-    t = chat.TEMPLATES[opts.chat_template]
     return {
-        "template": {"name": t.name, "header": t.header, "end": t.end},
+        "template": template.describe(),
         "mask": f"PREFIX.{MASK_EXT}.bin/.idx: uint8 per token, 1 on assistant turns",
         "seq_length": opts.seq_length,
         "overlong": opts.overlong,

@@ -2,7 +2,8 @@
 
 Output folder::
 
-    DIR/job.json                 what is being prepared (inputs, options, tokenizer fingerprint)
+    DIR/job.json                 what is being prepared (inputs, options, tokenizer fingerprint;
+                                 chat: the chat template's name, source and sha256)
     DIR/tokenizer/               the exact tokenizer used (tokenizer.json or .model + config)
     DIR/shards/NAME.SPLIT.bin/.idx   one megatron IndexedDataset per shard and split
     DIR/shards/NAME.json         a finished shard's statistics (written last: its marker)
@@ -66,7 +67,8 @@ class PrepareOptions:
     shard_bytes: int = 256 * 2**20
     format: str = "text"
     """text: one document per record; chat: a conversation per record with its loss mask."""
-    chat_template: str = "chatml"
+    chat_template: str = "auto"
+    """chat: auto (the tokenizer's own, else chatml), a built-in name or a Jinja file."""
     overlong: str = "truncate"
     """chat with --seq-length: a longer conversation is truncated or dropped."""
 
@@ -111,16 +113,9 @@ def validate_options(opts: PrepareOptions) -> None:
     if opts.format not in ("text", "chat"):
         raise ConfigError(f"--format must be text or chat, got {opts.format!r}")
     if opts.format == "chat":
-        from zebractl.data.chat import TEMPLATES
-
         if opts.fla_aligned:
             raise ConfigError(
                 "--fla-aligned packs plain text; chat data keeps one conversation per row"
-            )
-        if opts.chat_template not in TEMPLATES:
-            raise ConfigError(
-                f"--chat-template {opts.chat_template!r}: the built-in templates are "
-                f"{', '.join(TEMPLATES)}"
             )
         if opts.overlong not in ("truncate", "drop"):
             raise ConfigError(f"--overlong must be truncate or drop, got {opts.overlong!r}")
@@ -203,15 +198,15 @@ def _worker_init(tokenizer_dir: str, queue: Any) -> None:
     _WORKER["queue"] = queue
 
 
-def _worker_run(args: tuple[Shard, PrepareOptions, str]) -> dict[str, Any]:
-    shard, opts, dtype_name = args
+def _worker_run(args: tuple[Shard, PrepareOptions, str, Any]) -> dict[str, Any]:
+    shard, opts, dtype_name, template = args
     queue = _WORKER.get("queue")
 
     def report(docs: int, tokens: int, nbytes: int) -> None:
         if queue is not None:
             queue.put((docs, tokens, nbytes))
 
-    return tokenize(shard, opts, _WORKER["tokenizer"], dtype_name, report)
+    return tokenize(shard, opts, _WORKER["tokenizer"], dtype_name, report, template)
 
 
 def tokenize(
@@ -220,12 +215,14 @@ def tokenize(
     tok: Any,
     dtype_name: str,
     report: Callable[[int, int, int], None],
+    template: Any = None,
 ) -> dict[str, Any]:
-    """One shard, as its format says (:func:`tokenize_shard` or the chat one)."""
+    """One shard, as its format says (:func:`tokenize_shard`, or the chat one with ``template``,
+    the :class:`zebractl.data.chat_template.ChatTemplate` chosen once for the whole run)."""
     if opts.format == "chat":
         from zebractl.data.chat_shard import tokenize_chat_shard
 
-        return tokenize_chat_shard(shard, opts, tok, dtype_name, report)
+        return tokenize_chat_shard(shard, opts, tok, dtype_name, report, template)
     return tokenize_shard(shard, opts, tok, dtype_name, report)
 
 
@@ -439,6 +436,11 @@ def prepare(
     from megatron.core.datasets.indexed_dataset import DType
 
     dtype = np.dtype(DType.optimal_dtype(tok.vocab_size)).name
+    template = None
+    if opts.format == "chat":  # chosen (and a Jinja file checked) once, before any record
+        from zebractl.data.chat_template import resolve
+
+        template = resolve(opts.chat_template, tok)
     job = {
         "zebractl_version": __version__,
         "tokenizer": tok.describe(),
@@ -449,6 +451,8 @@ def prepare(
             for s in sources
         ],
     }
+    if template is not None:
+        job["chat_template"] = template.identity()
     job_path = out / "job.json"
     by_path = {s.path: s for s in sources}
     if job_path.is_file():
@@ -459,6 +463,13 @@ def prepare(
                 f"({old.get('tokenizer', {}).get('source')}, fingerprint "
                 f"{str(old.get('tokenizer', {}).get('fingerprint'))[:12]}); refusing "
                 "to mix tokenizations: choose a new --output"
+            )
+        if template is not None and old.get("chat_template") != job["chat_template"]:
+            was = old.get("chat_template") or {}
+            raise ConfigError(
+                f"{out} was prepared with another chat template ({was.get('name')}, sha256 "
+                f"{str(was.get('sha256'))[:12]}; now {template.name}, sha256 "
+                f"{template.sha256[:12]}); refusing to mix renderings: choose a new --output"
             )
         if {k: old.get(k) for k in ("dtype", "options", "sources")} != {
             k: job[k] for k in ("dtype", "options", "sources")
@@ -503,9 +514,9 @@ def prepare(
         if workers <= 1 or len(todo) == 1:
             _worker_init(str(out / "tokenizer"), None)
             for sh in todo:
-                results[sh.name] = tokenize(sh, opts, _WORKER["tokenizer"], dtype, update)
+                results[sh.name] = tokenize(sh, opts, _WORKER["tokenizer"], dtype, update, template)
         else:
-            results |= _run_pool(todo, opts, dtype, workers, out, update)
+            results |= _run_pool(todo, opts, dtype, workers, out, update, template)
     manifest = _manifest(
         opts,
         tok,
@@ -514,6 +525,7 @@ def prepare(
         out,
         time.time() - started,
         fresh={sh.name for sh in todo},
+        template=template,
     )
     totals = manifest["totals"]
     if totals["tokens"] == 0:
@@ -537,6 +549,7 @@ def _run_pool(
     workers: int,
     out: Path,
     update: Callable[[int, int, int], None],
+    template: Any = None,
 ) -> dict[str, dict[str, Any]]:
     import multiprocessing as mp
     import queue as queue_mod
@@ -547,7 +560,7 @@ def _run_pool(
     with ctx.Pool(
         min(workers, len(todo)), initializer=_worker_init, initargs=(str(out / "tokenizer"), q)
     ) as pool:
-        pending = pool.imap_unordered(_worker_run, [(sh, opts, dtype) for sh in todo])
+        pending = pool.imap_unordered(_worker_run, [(sh, opts, dtype, template) for sh in todo])
         remaining = len(todo)
         while remaining:
             try:
@@ -577,6 +590,7 @@ def _manifest(
     out: Path,
     seconds: float,
     fresh: set[str],
+    template: Any = None,
 ) -> dict[str, Any]:
     skipped: Counter = Counter()
     outputs, sources = [], []
@@ -606,7 +620,7 @@ def _manifest(
     if opts.format == "chat":
         from zebractl.data.chat_shard import manifest_section
 
-        extra["chat"] = manifest_section(opts, shard_stats, totals["tokens"])
+        extra["chat"] = manifest_section(opts, shard_stats, totals["tokens"], template)
     return extra | {
         "schema_version": MANIFEST_VERSION,
         "zebractl_version": __version__,

@@ -8,6 +8,10 @@ Accepted:
 - a SentencePiece ``.model`` file (or a directory holding ``tokenizer.model``);
 - a Hub id (``org/name``), only where the Hub is reachable; otherwise a clear error (exit 2).
 
+A tokenizer's own chat template (``chat_template`` in ``tokenizer_config.json``, a string or the
+entry named ``default`` of a list, or a ``chat_template.jinja`` file beside it, which wins as in
+``transformers``) is kept as ``chat_template`` (``prepare --format chat --chat-template auto``).
+
 ``save(dir)`` writes a self-contained copy (``tokenizer.json`` or ``tokenizer.model`` plus
 ``tokenizer_config.json``) that this module and ``transformers.AutoTokenizer`` both load, so a prepared
 dataset carries the exact tokenizer it was made with. The fingerprint is the sha256 of the canonical
@@ -34,6 +38,42 @@ def _sha256(*paths: Path) -> str:
     for p in paths:
         h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def _chat_template(folder: Path) -> tuple[str | None, str | None, str | None]:
+    """(the folder's chat template, the file it is read from, why it cannot be used). A problem
+    is kept, not raised: only ``--chat-template auto`` needs the template (and must not silently
+    fall back to another), while everything else that loads the tokenizer does not."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8"), str(jinja), None
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, str(jinja), f"{jinja}: unreadable chat template ({exc})"
+    config = folder / "tokenizer_config.json"
+    if not config.is_file():
+        return None, None, None
+    try:
+        value = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None, None, None  # an unreadable config holds no template (_special_tokens agrees)
+    if isinstance(value, list):  # named templates: transformers' default is the one named so
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        if "default" not in named:
+            return (
+                None,
+                str(config),
+                (
+                    f"{config}: chat_template lists templates named {', '.join(map(str, named))} but "
+                    "none named 'default'; give one with --chat-template FILE"
+                ),
+            )
+        value = named["default"]
+    if value is None:
+        return None, None, None
+    if not isinstance(value, str):
+        return None, str(config), f"{config}: chat_template is {type(value).__name__}, not text"
+    return value, str(config), None
 
 
 def _special_tokens(folder: Path) -> dict[str, str]:
@@ -68,6 +108,12 @@ class Tokenizer:
     eos_id: int | None
     _impl: Any = field(repr=False)
     _files: dict[str, bytes] = field(repr=False, default_factory=dict)
+    chat_template: str | None = field(repr=False, default=None)
+    """The tokenizer's own chat template (Jinja text), if it has one."""
+    chat_template_file: str | None = None
+    """The file ``chat_template`` was read from."""
+    chat_template_problem: str | None = None
+    """Why the tokenizer's chat template cannot be used (a list without a default, ...)."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens."""
@@ -76,6 +122,14 @@ class Tokenizer:
         fast = getattr(self._impl, "encode_batch_fast", None)
         encs = (fast or self._impl.encode_batch)(texts, add_special_tokens=False)
         return [e.ids for e in encs]
+
+    def token_text(self, token_id: int | None) -> str | None:
+        """The text of a token id (what a chat template's ``bos_token``/``eos_token`` is)."""
+        if token_id is None:
+            return None
+        if self.kind == "sentencepiece":
+            return self._impl.id_to_piece(token_id)
+        return self._impl.id_to_token(token_id)
 
     def describe(self) -> dict[str, Any]:
         """What a manifest records about the tokenizer."""
@@ -176,24 +230,31 @@ def _load_tokenizer_json(path: Path, source: str) -> Tokenizer:
 
 def load_tokenizer(spec: str) -> Tokenizer:
     """Load a tokenizer from a local path or, where reachable, a Hub id."""
+    tok, folder = _load(spec)
+    tok.chat_template, tok.chat_template_file, tok.chat_template_problem = _chat_template(folder)
+    return tok
+
+
+def _load(spec: str) -> tuple[Tokenizer, Path]:
+    """The tokenizer and the folder its files are in (where its chat template is looked for)."""
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix == ".model":
-            return _load_sentencepiece(path, spec)
+            return _load_sentencepiece(path, spec), path.parent
         if path.suffix == ".json":
-            return _load_tokenizer_json(path, spec)
+            return _load_tokenizer_json(path, spec), path.parent
         raise ConfigError(
             f"{spec}: unknown tokenizer file (expected tokenizer.json, a "
             "SentencePiece .model, or a folder with GPT-2 vocab + merges)"
         )
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return _load_tokenizer_json(path / "tokenizer.json", spec)
+            return _load_tokenizer_json(path / "tokenizer.json", spec), path
         for vocab, merges in GPT2_PAIRS:
             if (path / vocab).is_file() and (path / merges).is_file():
-                return _load_gpt2(path / vocab, path / merges, spec)
+                return _load_gpt2(path / vocab, path / merges, spec), path
         if (path / "tokenizer.model").is_file():
-            return _load_sentencepiece(path / "tokenizer.model", spec)
+            return _load_sentencepiece(path / "tokenizer.model", spec), path
         raise ConfigError(
             f"{spec}: no tokenizer here (looked for tokenizer.json, vocab.json + "
             "merges.txt, encoder.json + vocab.bpe, tokenizer.model)"
@@ -203,7 +264,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
     raise ConfigError(f"{spec}: no such tokenizer file or folder")
 
 
-def _load_from_hub(repo_id: str) -> Tokenizer:
+def _load_from_hub(repo_id: str) -> tuple[Tokenizer, Path]:
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     hint = (
         f"tokenizer '{repo_id}' is not a local path and the Hugging Face Hub is not reachable "
@@ -218,10 +279,10 @@ def _load_from_hub(repo_id: str) -> Tokenizer:
         raise ConfigError(hint) from None
     try:
         path = Path(hf_hub_download(repo_id, "tokenizer.json"))
-        for extra in ("tokenizer_config.json", "special_tokens_map.json"):
+        for extra in ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
             # optional; lands in the same snapshot folder, where _special_tokens looks
             with contextlib.suppress(Exception):
                 hf_hub_download(repo_id, extra)
     except Exception as exc:  # noqa: BLE001 - network, auth, missing repo
         raise ConfigError(f"{hint} ({type(exc).__name__}: {exc})") from None
-    return _load_tokenizer_json(path, repo_id)
+    return _load_tokenizer_json(path, repo_id), path.parent

@@ -2,7 +2,9 @@
 
 Checks per output: both files exist; sizes and sha256 match; the ``.idx`` parses (megatron's reader)
 with the manifest's dtype, document and sequence counts; the ``.bin`` holds exactly the indexed number
-of tokens; every token id is below the tokenizer's vocabulary size. Totals must add up.
+of tokens; every token id is below the tokenizer's vocabulary size. Totals must add up. Chat data:
+each mask has its token dataset's lengths and only 0/1 values, and the chat template's recorded
+text has its recorded sha256.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def verify(folder: str | Path) -> dict[str, Any]:
         documents += n_docs
         tokens += n_tokens
     problems += _tokenizer_problems(root, manifest["tokenizer"])
+    problems += _template_problems(manifest.get("chat"))
     totals = manifest["totals"]
     if not problems and (documents, tokens) != (totals["documents"], totals["tokens"]):
         problems.append(
@@ -125,6 +128,18 @@ def _mask_problems(name: str, bin_path: Path, index: Any, token_lengths: Any) ->
         return [f"{name}.bin: {bin_path.stat().st_size} bytes for {n} mask values"]
     if n and int(np.memmap(bin_path, dtype=np.uint8, mode="r").max()) > 1:
         return [f"{name}.bin: a mask value other than 0 or 1"]
+    return []
+
+
+def _template_problems(chat: dict[str, Any] | None) -> list[str]:
+    """The chat template's recorded text must be the one its sha256 names."""
+    import hashlib
+
+    template = (chat or {}).get("template") or {}
+    if "text" not in template or "sha256" not in template:
+        return []
+    if hashlib.sha256(template["text"].encode("utf-8")).hexdigest() != template["sha256"]:
+        return ["manifest chat.template: its text does not match its sha256"]
     return []
 
 

@@ -431,7 +431,8 @@ class ManifestOptions(StrictModel):
     format: Literal["chat"] | None = None
     """chat: conversations with loss masks (absent for text)."""
     chat_template: str | None = None
-    """chat: the template the turns were rendered with."""
+    """chat: --chat-template as given: auto, a built-in name or a Jinja file (chat.template
+    records the one used)."""
     overlong: Literal["truncate", "drop"] | None = None
     """chat: what happened to a conversation longer than seq_length."""
 
@@ -528,21 +529,26 @@ class ManifestRun(StrictModel):
     """Tokens tokenized by this run."""
 
 
-class ChatTemplateText(StrictModel):
-    """A built-in chat template's text."""
+class ManifestChatTemplate(StrictModel):
+    """The chat template a dataset's conversations were rendered with."""
 
     name: str
-    """Its name (e.g. chatml)."""
-    header: str
-    """What opens a turn ({role} is the turn's role)."""
-    end: str
-    """What closes a turn (trained on in assistant turns)."""
+    """A built-in's name (e.g. chatml), the Jinja file given, or the tokenizer file the template
+    was read from (chat_template.jinja or tokenizer_config.json)."""
+    source: Literal["builtin", "file", "tokenizer"]
+    """builtin: zebractl's own; file: --chat-template FILE; tokenizer: the tokenizer's own."""
+    sha256: str
+    """sha256 of the template's text (UTF-8), hex; a built-in's text is its Jinja equivalent."""
+    reason: str
+    """Why this template (e.g. auto: the tokenizer has no chat template of its own)."""
+    text: str
+    """The template's Jinja text."""
 
 
 class ManifestChat(StrictModel):
     """What `prepare --format chat` did with the conversations."""
 
-    template: ChatTemplateText
+    template: ManifestChatTemplate
     """The template the turns were rendered with."""
     mask: str
     """Where the loss masks are."""
