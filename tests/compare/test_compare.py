@@ -107,6 +107,7 @@ def test_runs_on_other_data_or_batches_are_refused_unless_forced(cli, fast, tmp_
     assert forced.exit_code == 0, forced.output
     rep = _report(forced)
     assert rep.forced and any(d.key == "batch.global" and d.must_match for d in rep.differences)
+    assert rep.kind == "parity" and rep.finetune is None and rep.passed is not None
 
 
 def test_hostile_input_is_one_line_exit_2(cli, fast, tmp_path):
@@ -228,3 +229,124 @@ def test_eval_deltas_in_points_and_their_tolerance(cli, fast, tmp_path):
     r = cli("compare", str(a), str(b))
     assert r.exit_code == 2 and "not a zebractl eval report" in r.stderr, r.output
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _eval_results(run, iteration, tasks, limit=100):
+    """Write RUN/eval/results.json: ``tasks`` maps a task to ({metric: value}, data sha256)."""
+    from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
+
+    rows = [
+        EvalTaskResult(
+            task=task,
+            lm_eval_task=f"zebractl_{task}",
+            status="ok",
+            split="test",
+            primary=list(metrics),
+            samples=limit,
+            documents=2376,
+            data_sha256={"f": sha},
+            metrics={k: EvalMetric(value=v, stderr=0.05) for k, v in metrics.items()},
+        )
+        for task, (metrics, sha) in tasks.items()
+    ]
+    rep = EvalReport(
+        model=str(run), source="run", model_class="ZebraForCausalLM", iteration=iteration,
+        fingerprint="0" * 64, lm_eval_version="0.4.13", data_package="x", device="cpu",
+        dtype="fp32", batch_size="16", max_length=64, limit=limit, wall_seconds=1.0,
+        lm_eval_seconds=1.0, results_file="r", tasks=rows,
+    )  # fmt: skip
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval/results.json").write_text(rep.model_dump_json())
+
+
+def test_a_fine_tune_and_its_initial_run_are_a_before_after_pair(cli, fast, tmp_path):
+    """`compare SFT BASE` (SFT's init_from is BASE): no refusal for other data, no parity number,
+    no check; each task's eval delta is after - before whichever order the runs are given in."""
+    base, sft = tmp_path / "base", tmp_path / "sft"
+    sets = ("schedule.iterations=2", "schedule.warmup_iterations=1", "checkpoint.interval=2")
+    with scoped():
+        fast.train("tiny_kda", base, *sets)
+        # train --init-from, and another batch (a must-match key a parity pair is refused for)
+        r = cli("train", "tiny_kda", *fast.args(*sets, "batch.global=4"), "--init-from",
+                str(base), "--output", str(sft))  # fmt: skip
+    assert r.exit_code == 0, r.output
+    init = json.loads((sft / "init.json").read_text())
+    assert init["given_by"] == "--init-from" and init["iteration"] == 2
+    assert init["run"] == str(base.resolve()) and init["checkpoint"].endswith("iter_0000002")
+    record = json.loads((sft / "config.resolved.json").read_text())
+    assert record["config"]["init_from"] == str(base)
+    assert record["provenance"]["init_from"] == "--init-from"
+    wiki = {"word_perplexity": 900.0, "bits_per_byte": 3.0}
+    # the base's eval is of iteration 1, not of the iteration 2 the fine-tune started from
+    _eval_results(base, 1, {"arc_easy": ({"acc": 0.40, "acc_norm": 0.30}, "s"),
+                            "wikitext-like": (wiki, "base-held-out")})  # fmt: skip
+    _eval_results(sft, 2, {"arc_easy": ({"acc": 0.43, "acc_norm": 0.29}, "s"),
+                           "piqa": ({"acc_norm": 0.6}, "p"),
+                           "wikitext-like": (wiki, "sft-held-out")})  # fmt: skip
+
+    r = cli("compare", str(sft), str(base), "--json")
+    assert r.exit_code == 0, r.output
+    rep = _report(r)
+    f = rep.finetune
+    assert rep.kind == "finetune" and f is not None and (f.after, f.before) == ("a", "b")
+    assert f.iteration == 2 and f.recorded_in == str(sft / "init.json")
+    assert f.given_by == "--init-from" and f.data_format == "text"
+    assert not rep.forced and any(d.key == "batch.global" and d.must_match for d in rep.differences)
+    # no parity number, no check, no verdict
+    assert rep.loss == [] and rep.curves.iterations == [] and rep.iteration1_delta is None
+    assert rep.last_half_mean_abs_pct is None and rep.val_loss.delta is None
+    assert rep.eval == [] and rep.eval_mean_abs_pp is None
+    assert rep.checks == [] and rep.passed is None
+    got = {(e.task, e.metric): (e.before, e.after, e.delta, e.unit) for e in f.eval}
+    assert got == {
+        ("arc_easy", "acc"): pytest.approx((40.0, 43.0, 3.0, "points")),
+        ("arc_easy", "acc_norm"): pytest.approx((30.0, 29.0, -1.0, "points")),
+    }
+    assert f.eval[0].before_stderr == pytest.approx(5.0)
+    reasons = {x.task: x.reason for x in f.eval_not_compared}
+    assert set(reasons) == {"piqa", "wikitext-like"}
+    assert "fine-tuned run only" in reasons["piqa"] and f"--data {base}" in reasons["wikitext-like"]
+    assert any("iteration 1" in n and "iteration 2" in n for n in f.notes), f.notes
+    assert [x.iteration for x in f.train_loss] == [1, 2]
+    assert {Path(x).name for x in rep.files} == {
+        "compare.md", "compare.json", "loss.png", "throughput.png"
+    }  # fmt: skip
+    md = Path(rep.files[0]).read_text()
+    assert md.startswith("# Fine-tune: sft from base\n") and "## Eval: after − before (A − B)" in md
+    assert "| arc_easy | acc (points) | 40.00 | 43.00 | +3.00 |" in md
+    assert "| arc_easy | acc_norm (points) | 30.00 | 29.00 | -1.00 (worse) |" in md
+    assert "(must match)" not in md and "Parity" not in md and "PASS" not in md
+    assert "FAIL" not in md
+
+    # the other order: B is the fine-tune; the delta is still after - before
+    rev = _report(cli("compare", str(base), str(sft), "--json"))
+    assert rev.finetune is not None and (rev.finetune.after, rev.finetune.before) == ("b", "a")
+    assert [e.delta for e in rev.finetune.eval] == [e.delta for e in f.eval]
+
+    # the terminal: the table and a verdict that claims no parity
+    plain = cli("compare", str(sft), str(base))
+    assert plain.exit_code == 0, plain.output
+    verdict = plain.stdout.strip().splitlines()[-2]
+    assert verdict.startswith("before/after: sft is a fine-tune of base (iteration 2)"), verdict
+    assert "parity checks do not apply" in verdict and "PASS" not in plain.stdout
+    assert "+3.00" in plain.stdout and "FAIL" not in plain.stdout
+
+    # --assert and --tolerance have no parity to check: exit 2, one line, nothing written
+    out = tmp_path / "asserted"
+    for extra in (["--assert"], ["--tolerance", "eval_pp=5"]):
+        r = cli("compare", str(sft), str(base), "--output", str(out), *extra)
+        assert r.exit_code == 2 and "is a fine-tune of" in r.stderr, r.output
+        assert extra[0] in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (out / "compare.md").exists() and not (out / "compare.json").exists()
+
+    # a run trained before init.json: its resolved init_from says the same (no iteration)
+    (sft / "init.json").unlink()
+    old = _report(cli("compare", str(sft), str(base), "--json"))
+    assert old.kind == "finetune" and old.finetune is not None
+    assert old.finetune.recorded_in == str(sft / "config.resolved.json")
+    assert old.finetune.iteration is None and old.finetune.checkpoint is None
+    # and two runs without that relation are a parity pair, refused for the other batch
+    record["config"]["init_from"] = None
+    (sft / "config.resolved.json").write_text(json.dumps(record))
+    r = cli("compare", str(sft), str(base))
+    assert r.exit_code == 2 and "batch.global (4 vs 8)" in r.stderr, r.output

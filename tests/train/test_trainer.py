@@ -220,6 +220,27 @@ def test_init_from_takes_weights_not_optimizer(fast, tmp_path):
     assert lrs[0] == lrs[1]
 
 
+def test_init_json_names_the_checkpoint_loaded_and_outlives_a_resume(fast, tmp_path):
+    import shutil
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    fast.train("tiny_kda", a, "schedule.iterations=3")
+    fast.train("tiny_kda", b, "schedule.iterations=2", init_from=a)
+    first = json.loads((b / "init.json").read_text())
+    assert first["init_from"] == str(a) and first["given_by"] == "--init-from"
+    assert first["kind"] == "checkpoint" and first["iteration"] == 3
+    assert first["checkpoint"] == str((a / "checkpoints" / "iter_0000003").resolve())
+    assert first["run"] == str(a.resolve()) and first["path"] == str(a.resolve())
+    # a resume starts from b's own checkpoint: the record of where its weights began stays
+    res = fast.train("tiny_kda", b, "schedule.iterations=4", init_from=a)
+    assert res.resumed_from == 2
+    assert json.loads((b / "init.json").read_text()) == first
+    # a fresh start from a fresh initialisation is not from a any more
+    shutil.rmtree(b / "checkpoints")
+    fast.train("tiny_kda", b, "schedule.iterations=2")
+    assert not (b / "init.json").exists()
+
+
 def test_a_recipe_planned_for_more_gpus_runs_on_one_process(cli, fast, tmp_path):
     recipe = tmp_path / "eight.yaml"
     recipe.write_text("extends: tiny_kda\nparallelism:\n  num_gpus: 8\n", encoding="utf-8")

@@ -1,4 +1,5 @@
-"""`zebractl compare`: the parity report of two runs (or of a run and its FLA reference)."""
+"""`zebractl compare`: the parity report of two runs (or of a run and its FLA reference), or the
+before/after report of a fine-tune and the run it started from."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from zebractl.cli._common import (
 from zebractl.deps import require
 
 if TYPE_CHECKING:  # pydantic stays off the import path of --help and completion
-    from zebractl.schemas.reports import CompareCheck
+    from zebractl.schemas.reports import CompareCheck, CompareReport
 
 
 @guarded
@@ -33,7 +34,10 @@ def compare(
         "compare against it.",
     ),
     assert_: bool = typer.Option(
-        False, "--assert", help="Exit 3 listing the checks outside their tolerance."
+        False,
+        "--assert",
+        help="Exit 3 listing the checks outside their tolerance (parity only: exit 2 for a "
+        "fine-tune and its initial run, which have no parity to assert).",
     ),
     tolerance: list[str] = typer.Option(
         [],
@@ -52,6 +56,11 @@ def compare(
     """Parity report of two runs: loss at iteration 1, powers of two and the last (Δ, Δ%), the
     last-half mean |Δ%|, validation loss, throughput, eval deltas and every config difference;
     Markdown, JSON and PNG plots (loss, Δ%, throughput).
+
+    When one run's init_from is the other (a fine-tune and its initial run, in either order), the
+    report is a before/after one instead: each task's eval delta as after - before, the fine-tuned
+    run's own (assistant-token) losses, throughput and the config differences; nothing is refused
+    for differing data and no parity check applies (--assert and --tolerance exit 2).
 
     One writer per run directory: every compare writes its report (--json too), so it holds the
     lock of the run directory holding the report folder (RUN_A by default) from after the usage
@@ -82,7 +91,7 @@ def compare(
     # one writer per run directory: the report folder's run (RUN_A by default) is locked from here
     # to the end, --fla's reference training included (the trainer locks RUN_A-fla-reference)
     with lock.hold(lock.writer_root(folder), "compare", say):
-        _compare(run_a, run_b, fla, assert_, tol, folder, force, json_out, say)
+        _compare(run_a, run_b, fla, assert_, tol, bool(tolerance), folder, force, json_out, say)
 
 
 def _compare(
@@ -91,6 +100,7 @@ def _compare(
     fla: bool,
     assert_: bool,
     tol: dict[str, float],
+    tolerance_given: bool,
     folder: Path,
     force: bool,
     json_out: bool,
@@ -104,13 +114,25 @@ def _compare(
             run_b = rep.fla_reference(run_a, console=say)
         assert run_b is not None
         data = rep.compare(run_a, run_b, force=force)
+    from zebractl.config.errors import ConfigError
     from zebractl.schemas.reports import CompareReport
 
+    finetune = data["kind"] == "finetune"
+    if finetune and (assert_ or tolerance_given):
+        after, before = (run_a, run_b) if data["finetune"]["after"] == "a" else (run_b, run_a)
+        raise ConfigError(
+            f"{after} is a fine-tune of {before} (its init_from): a before/after pair has no "
+            f"parity to assert, so {'--assert' if assert_ else '--tolerance'} does not apply; "
+            "drop it for the before/after report"
+        )
     checks = rep.checks(data, tol)
-    report = CompareReport(**data, checks=checks, passed=all(c["ok"] for c in checks), files=[])
+    passed = None if finetune else all(c["ok"] for c in checks)
+    report = CompareReport(**data, checks=checks, passed=passed, files=[])
     report = render.write(report, folder)
     if json_out:
         emit_json(report)
+    elif finetune:
+        _print_finetune(report)
     else:
         from rich.console import Console
         from rich.table import Table
@@ -136,7 +158,7 @@ def _compare(
         )
     failed = [c for c in report.checks if not c.ok]
     if not json_out:  # the last two lines: the verdict, then the report (what the main job ends on)
-        print(verdict(report.checks, asserted=assert_))
+        print(finetune_verdict(report) if finetune else verdict(report.checks, asserted=assert_))
         print(f"report: {folder / 'compare.md'}")
     if assert_ and failed:
         err(
@@ -156,3 +178,55 @@ def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
     if all(c.ok for c in checks):
         return f"parity: PASS ({parts})"
     return f"parity: FAIL ({parts})" + ("" if asserted else "; --assert makes this exit 3")
+
+
+def _print_finetune(report: CompareReport) -> None:
+    """The before/after table of a fine-tune pair (after - before) and its losses."""
+    from rich.console import Console
+    from rich.table import Table
+
+    f = report.finetune
+    assert f is not None
+    A, B = f.after.upper(), f.before.upper()
+    after, before = (report.a, report.b) if f.after == "a" else (report.b, report.a)
+    table = Table(
+        title=f"Eval after − before ({A} − {B}): {after.label} from {before.label}",
+        title_justify="left",
+    )
+    for col in ("task", "metric", "before", "after", "Δ"):
+        table.add_column(col, justify="left" if col in ("task", "metric") else "right")
+    for e in f.eval:
+        spec = ".2f" if e.unit == "points" else ".4f"
+        table.add_row(
+            e.task,
+            e.metric + (" (points)" if e.unit == "points" else ""),
+            f"{e.before:{spec}}",
+            f"{e.after:{spec}}",
+            f"{e.delta:+{spec}}",
+        )
+    if f.eval:
+        Console(width=max(Console().width, 80)).print(table)
+    for x in f.eval_not_compared:
+        print(f"not compared: {x.task}: {x.reason}")
+    for n in f.notes:
+        print(f"note: {n}")
+    if f.train_loss:
+        first, last = f.train_loss[0], f.train_loss[-1]
+        what = "assistant-token loss" if f.data_format == "chat" else "loss"
+        val = f"; validation {f.val_loss[-1].loss:.4f}" if f.val_loss else ""
+        print(
+            f"{after.label} {what}: {first.loss:.4f} at iteration {first.iteration} (the initial "
+            f"weights) -> {last.loss:.4f} at {last.iteration}{val}"
+        )
+
+
+def finetune_verdict(report: CompareReport) -> str:
+    """One line: what the pair is, and that no parity check applies."""
+    f = report.finetune
+    assert f is not None
+    after, before = (report.a, report.b) if f.after == "a" else (report.b, report.a)
+    at = f" (iteration {f.iteration})" if f.iteration is not None else ""
+    return (
+        f"before/after: {after.label} is a fine-tune of {before.label}{at}; "
+        f"{len(f.eval)} eval delta(s), after − before; parity checks do not apply"
+    )

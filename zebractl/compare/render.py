@@ -1,4 +1,5 @@
-"""The files of a comparison: ``compare.md``, ``compare.json`` and three PNG plots (matplotlib)."""
+"""The files of a comparison: ``compare.md``, ``compare.json`` and the PNG plots (matplotlib): three
+for a parity report, two for a fine-tune pair's before/after report."""
 
 from __future__ import annotations
 
@@ -10,8 +11,117 @@ def _f(x: float | None, spec: str = ".4f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+def _throughput(r: Any) -> list[str]:
+    a, b, t = r.a.label, r.b.label, r.throughput
+    out = ["## Throughput", "", f"| | {a} | {b} | A / B |", "|---|---:|---:|---:|"]
+    for key, name, spec in (
+        ("tokens_per_s", "tokens/s/GPU", ",.0f"),
+        ("tflops_per_gpu", "TFLOP/s/GPU", ".1f"),
+        ("mfu", "MFU", ".3f"),
+        ("memory_gib", "peak memory (GiB)", ".1f"),
+    ):
+        out.append(
+            f"| {name} | {_f(getattr(t.a, key), spec)} | {_f(getattr(t.b, key), spec)} | "
+            f"{_f(getattr(t.ratio, key), '.3f')} |"
+        )
+    return out
+
+
+def _differences(r: Any, *, tag_must_match: bool = True) -> list[str]:
+    out = ["", "## Config differences", ""]
+    if r.differences:
+        out += ["| key | A | B | A from | B from |", "|---|---|---|---|---|"]
+        out += [
+            f"| {d.key}{' (must match)' if d.must_match and tag_must_match else ''} | `{d.a}` | "
+            f"`{d.b}` | {d.a_source} | {d.b_source} |"
+            for d in r.differences
+        ]
+    else:
+        out.append("None: the same resolved config.")
+    return out
+
+
+def _finetune_markdown(r: Any) -> str:
+    f = r.finetune
+    after, before = (r.a, r.b) if f.after == "a" else (r.b, r.a)
+    A, B = f.after.upper(), f.before.upper()
+    chat = ": its losses are over the assistant tokens only" if f.data_format == "chat" else ""
+    start = (
+        f"{before.label}'s checkpoint of iteration {f.iteration} (`{f.checkpoint}`)"
+        if f.iteration is not None
+        else f"{before.label} (which checkpoint: not recorded)"
+    )
+    out = [
+        f"# Fine-tune: {after.label} from {before.label}",
+        "",
+        f"- After ({A}): `{after.run}`, {after.iterations} iterations on data.format "
+        f"{f.data_format}{chat}",
+        f"- Before ({B}): `{before.run}`, {before.iterations} iterations",
+        f"- {A}'s weights started from {start}: init_from `{f.init_from}` ({f.given_by}; "
+        f"recorded in `{f.recorded_in}`)",
+        "- A before/after report, not a parity report: the runs trained on different data with "
+        "different schedules, so no loss-parity number (iteration-1 Δ, last-half Δ%) is computed "
+        "and no check applies (`compare --assert` refuses this pair).",
+        "",
+        f"## Eval: after − before ({A} − {B})",
+        "",
+    ]
+    if f.eval:
+        out += [
+            f"Δ = after − before = {A} − {B}: accuracies in points, higher is better; "
+            "perplexity and bits per byte as lm-eval gives them, lower is better. Before: "
+            f"iteration {_f(f.eval_before_iteration, 'd')}; after: iteration "
+            f"{_f(f.eval_after_iteration, 'd')}.",
+            "",
+            f"| task | metric | before ({B}) | after ({A}) | Δ ({A} − {B}) | ± stderr before / after |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for e in f.eval:
+            spec = ".2f" if e.unit == "points" else ".4f"
+            metric = e.metric + (" (points)" if e.unit == "points" else "")
+            better = "" if e.delta == 0 or (e.delta > 0) == e.higher_is_better else " (worse)"
+            out.append(
+                f"| {e.task} | {metric} | {e.before:{spec}} | {e.after:{spec}} | "
+                f"{e.delta:+{spec}}{better} | {_f(e.before_stderr, spec)} / "
+                f"{_f(e.after_stderr, spec)} |"
+            )
+    else:
+        out.append("No task to compare.")
+    if f.eval_not_compared:
+        out += ["", "Not compared:", ""]
+        out += [f"- {x.task}: {x.reason}" for x in f.eval_not_compared]
+    if f.notes:
+        out += ["", "Notes:", ""]
+        out += [f"- {n}" for n in f.notes]
+    what = "assistant-token loss" if f.data_format == "chat" else "loss"
+    out += ["", f"## Fine-tune {what} ({after.label})", ""]
+    if f.train_loss:
+        first, last = f.train_loss[0], f.train_loss[-1]
+        out.append(
+            f"- training, iteration {first.iteration} (the initial weights, before any update, "
+            f"on the first batch): {first.loss:.4f}; iteration {last.iteration}: {last.loss:.4f} "
+            f"(Δ {last.loss - first.loss:+.4f})"
+        )
+    if f.val_loss:
+        out.append(
+            "- validation on its held-out data: "
+            + ", ".join(f"iteration {v.iteration}: {v.loss:.4f}" for v in f.val_loss)
+        )
+    v = r.val_loss
+    out += [
+        f"- each run's last validation loss on its own held-out data: {A} {_f(v.a)}, {B} "
+        f"{_f(v.b)} (other data: no delta)",
+        "",
+    ]
+    out += _throughput(r)
+    out += _differences(r, tag_must_match=False)
+    return "\n".join(out) + "\n"
+
+
 def markdown(r: Any) -> str:
     """The report as Markdown (tables like the seed's)."""
+    if r.kind == "finetune":
+        return _finetune_markdown(r)
     a, b = r.a.label, r.b.label
     out = [
         f"# Parity: {a} vs {b}",
@@ -32,18 +142,7 @@ def markdown(r: Any) -> str:
     ]
     v = r.val_loss
     out += ["", f"Validation loss: A {_f(v.a)}, B {_f(v.b)}, Δ {_f(v.delta, '+.4f')}", ""]
-    t = r.throughput
-    out += ["## Throughput", "", f"| | {a} | {b} | A / B |", "|---|---:|---:|---:|"]
-    for key, name, spec in (
-        ("tokens_per_s", "tokens/s/GPU", ",.0f"),
-        ("tflops_per_gpu", "TFLOP/s/GPU", ".1f"),
-        ("mfu", "MFU", ".3f"),
-        ("memory_gib", "peak memory (GiB)", ".1f"),
-    ):
-        out.append(
-            f"| {name} | {_f(getattr(t.a, key), spec)} | {_f(getattr(t.b, key), spec)} | "
-            f"{_f(getattr(t.ratio, key), '.3f')} |"
-        )
+    out += _throughput(r)
     if r.eval:
         out += [
             "",
@@ -56,16 +155,7 @@ def markdown(r: Any) -> str:
             f"| {e.task} | {e.metric} | {e.a:.2f} | {e.b:.2f} | {e.delta_pp:+.2f} |" for e in r.eval
         ]
         out += ["", f"Mean |Δ|: {_f(r.eval_mean_abs_pp, '.2f')} points"]
-    out += ["", "## Config differences", ""]
-    if r.differences:
-        out += ["| key | A | B | A from | B from |", "|---|---|---|---|---|"]
-        out += [
-            f"| {d.key}{' (must match)' if d.must_match else ''} | `{d.a}` | `{d.b}` | "
-            f"{d.a_source} | {d.b_source} |"
-            for d in r.differences
-        ]
-    else:
-        out.append("None: the same resolved config.")
+    out += _differences(r)
     if r.checks:
         out += [
             "",
@@ -81,13 +171,45 @@ def markdown(r: Any) -> str:
     return "\n".join(out) + "\n"
 
 
+def _throughput_plot(r: Any, folder: Path, plt: Any) -> Path:
+    fig, ax = plt.subplots(figsize=(4, 3))
+    vals = [r.throughput.a.tokens_per_s or 0.0, r.throughput.b.tokens_per_s or 0.0]
+    ax.bar([r.a.label, r.b.label], vals)
+    ax.set(ylabel="tokens/s/GPU", title="Throughput")
+    path = folder / "throughput.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _finetune_plots(r: Any, folder: Path, plt: Any) -> list[Path]:
+    """loss.png: the fine-tuned run's training and validation loss; throughput.png."""
+    f = r.finetune
+    after = r.a if f.after == "a" else r.b
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([x.iteration for x in f.train_loss], [x.loss for x in f.train_loss], label="training")
+    if f.val_loss:
+        ax.plot([x.iteration for x in f.val_loss], [x.loss for x in f.val_loss], "o--",
+                label="validation")  # fmt: skip
+    what = "assistant-token loss" if f.data_format == "chat" else "loss"
+    ax.set(xlabel="iteration", ylabel=what, title=f"Fine-tune: {after.label}")
+    ax.legend()
+    path = folder / "loss.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return [path, _throughput_plot(r, folder, plt)]
+
+
 def plots(r: Any, folder: Path) -> list[Path]:
-    """loss.png, delta.png and throughput.png in ``folder``."""
+    """loss.png, delta.png and throughput.png in ``folder`` (a fine-tune pair: loss.png, the
+    fine-tuned run's own curve, and throughput.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if r.kind == "finetune":
+        return _finetune_plots(r, folder, plt)
     files = []
     c = r.curves
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -108,13 +230,7 @@ def plots(r: Any, folder: Path) -> list[Path]:
     fig.savefig(files[-1], dpi=100, bbox_inches="tight")
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(4, 3))
-    vals = [r.throughput.a.tokens_per_s or 0.0, r.throughput.b.tokens_per_s or 0.0]
-    ax.bar([r.a.label, r.b.label], vals)
-    ax.set(ylabel="tokens/s/GPU", title="Throughput")
-    files.append(folder / "throughput.png")
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    files.append(_throughput_plot(r, folder, plt))
     return files
 
 

@@ -10,6 +10,13 @@ that differ in their data, tokenizer, sequence length or global batch are refuse
 ``force`` (the comparison would not be apples to apples).
 
 :func:`checks` turns the tolerances into pass/fail rows (``compare --assert``: exit 3).
+
+A fine-tune and the run it started from (:func:`relation`: one run's ``init_from`` is the other,
+read from its ``init.json`` or, for older runs, its resolved config) are a before/after pair, not a
+parity pair: they trained on different data with different schedules, so nothing is refused for
+differing, no loss-parity number is computed and no check applies. Their report (``kind:
+finetune``, :func:`finetune`) gives each task's eval delta as after - before, the tasks that cannot
+be compared and why, and the fine-tuned run's own training and validation losses.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ MUST_MATCH = ("data.paths", "data.tokenizer", "data.seq_length", "data.split", "
 """Resolved keys (and their children) that must be equal unless --force."""
 IGNORED = ("output_dir", "description", "checkpoint.dir")
 """Keys whose difference says nothing about the runs (where they were written)."""
+PERCENT = ("acc", "acc_norm")
+"""Eval metrics that are fractions: reported in points (x 100)."""
+LOWER_IS_BETTER = ("word_perplexity", "byte_perplexity", "bits_per_byte")
+"""Eval metrics where a drop is an improvement."""
 
 
 @dataclass
@@ -39,6 +50,7 @@ class Run:
     train: list[Any]  # TrainRow
     val: list[Any]  # ValRow
     eval: Any  # EvalReport | None
+    init: Any = None  # InitRecord | None: RUN/init.json
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -89,7 +101,57 @@ def open_run(path: Path) -> Run:
             first = first_line(exc)
             raise ConfigError(f"{results}: not a zebractl eval report ({first})") from None
     label = f"{path.name}" + (f" ({record.reference})" if record.reference else "")
-    return Run(path, label, record, train, val, ev)
+    return Run(path, label, record, train, val, ev, run.read_init())
+
+
+def initial_run(run: Run) -> tuple[Path, dict[str, Any]] | None:
+    """The run directory whose checkpoint ``run``'s weights started from, with how that is known
+    (the fields of :class:`~zebractl.schemas.reports.CompareFinetune` it fills); None when it
+    started from a fresh initialisation, a Hugging Face folder, or a path in no run directory."""
+    from zebractl.run.rundir import RunDir
+
+    rec = run.init
+    if rec is not None:  # what the trainer actually loaded
+        if rec.run is None:
+            return None
+        return Path(rec.run), {
+            "init_from": rec.init_from,
+            "given_by": rec.given_by,
+            "recorded_in": str(run.root / RunDir.INIT),
+            "checkpoint": rec.checkpoint,
+            "iteration": rec.iteration,
+        }
+    given = run.record.config.get("init_from")
+    if not given:
+        return None
+    # a run trained before init.json: its init_from, relative to the working directory
+    root = RunDir.containing(Path(given).resolve())
+    if root is None:
+        return None
+    return root, {
+        "init_from": given,
+        "given_by": run.record.provenance.get("init_from", "default"),
+        "recorded_in": str(run.root / RunDir.CONFIG),
+        "checkpoint": None,
+        "iteration": None,
+    }
+
+
+def _same(x: Path, y: Path) -> bool:
+    try:
+        return x.resolve() == y.resolve()
+    except OSError:
+        return False
+
+
+def relation(a: Run, b: Run) -> dict[str, Any] | None:
+    """How A and B are a fine-tune and its initial run (``after``/``before``: ``"a"`` or ``"b"``,
+    and what :func:`initial_run` says), or None."""
+    for after, before, sides in ((a, b, ("a", "b")), (b, a, ("b", "a"))):
+        found = initial_run(after)
+        if found is not None and _same(found[0], before.root):
+            return {"after": sides[0], "before": sides[1], **found[1]}
+    return None
 
 
 def differences(a: Run, b: Run) -> list[dict[str, Any]]:
@@ -164,10 +226,142 @@ def _eval_rows(a: Run, b: Run) -> list[dict[str, Any]]:
     return rows
 
 
+def _scaled(m: Any, scale: float) -> tuple[float | None, float | None]:
+    if m is None or m.value is None:
+        return None, None
+    return scale * m.value, (scale * m.stderr if m.stderr is not None else None)
+
+
+def finetune_eval(
+    before: Run, after: Run, init_iteration: int | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Each task's primary metrics before and after (delta = after - before), the tasks without a
+    delta and why, and the notes on settings that differ."""
+    notes = [
+        f"no eval results for the {what} ({r.root / 'eval' / 'results.json'}): "
+        f"`zebractl eval {r.root}` writes them"
+        for what, r in (("initial run", before), ("fine-tuned run", after))
+        if r.eval is None
+    ]
+    if notes:
+        return [], [], notes
+    eb, ea = before.eval, after.eval
+    for key in ("max_length", "dtype", "device", "batch_size", "lm_eval_version"):
+        if getattr(eb, key) != getattr(ea, key):
+            notes.append(
+                f"evaluated with another {key}: before {getattr(eb, key)}, after {getattr(ea, key)}"
+            )
+    if init_iteration is not None and eb.iteration is not None and eb.iteration != init_iteration:
+        notes.append(
+            f"the initial run's eval is of its iteration {eb.iteration}; the fine-tune started "
+            f"from iteration {init_iteration} (`zebractl eval {before.root} --iteration "
+            f"{init_iteration}` evaluates those weights)"
+        )
+    ok_b = {t.task: t for t in eb.tasks if t.status == "ok"}
+    ok_a = {t.task: t for t in ea.tasks if t.status == "ok"}
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for task, ta in ok_a.items():
+        tb = ok_b.get(task)
+        if tb is None:
+            skipped.append({"task": task, "reason": "evaluated on the fine-tuned run only"})
+            continue
+        if eb.limit != ea.limit:
+            skipped.append(
+                {"task": task, "reason": f"other documents: --limit {eb.limit} before, "
+                 f"{ea.limit} after"}
+            )  # fmt: skip
+            continue
+        if ta.data_sha256 != tb.data_sha256:
+            why = "scored other documents (their data sha256 differ)"
+            if task == "wikitext-like":
+                why = (
+                    "scored other documents: each run's own held-out data (`zebractl eval "
+                    f"{after.root} --tasks wikitext-like --data {before.root}` scores the initial "
+                    "run's)"
+                )
+            skipped.append({"task": task, "reason": why})
+            continue
+        for metric in ta.primary:
+            scale = 100.0 if metric in PERCENT else 1.0
+            va, sa = _scaled(ta.metrics.get(metric), scale)
+            vb, sb = _scaled(tb.metrics.get(metric), scale)
+            if va is None or vb is None:
+                continue
+            rows.append(
+                {
+                    "task": task,
+                    "metric": metric,
+                    "unit": "points" if metric in PERCENT else "value",
+                    "higher_is_better": metric not in LOWER_IS_BETTER,
+                    "before": vb,
+                    "after": va,
+                    "delta": va - vb,
+                    "before_stderr": sb,
+                    "after_stderr": sa,
+                }
+            )
+    skipped += [
+        {"task": task, "reason": "evaluated on the initial run only"}
+        for task in ok_b
+        if task not in ok_a
+    ]
+    return rows, skipped, notes
+
+
+def finetune(a: Run, b: Run, rel: dict[str, Any]) -> dict[str, Any]:
+    """The before/after part of a fine-tune pair's report (see
+    :class:`~zebractl.schemas.reports.CompareFinetune`)."""
+    after, before = (a, b) if rel["after"] == "a" else (b, a)
+    rows, skipped, notes = finetune_eval(before, after, rel["iteration"])
+    fin = math.isfinite
+    return {
+        **rel,
+        "data_format": after.record.config.get("data", {}).get("format", "text"),
+        "train_loss": [
+            {"iteration": r.iteration, "loss": r.loss} for r in after.train if fin(r.loss)
+        ],
+        "val_loss": [
+            {"iteration": r.iteration, "loss": r.val_loss}
+            for r in after.val
+            if r.val_loss is not None and fin(r.val_loss)
+        ],
+        "eval": rows,
+        "eval_not_compared": skipped,
+        "eval_before_iteration": before.eval.iteration if before.eval is not None else None,
+        "eval_after_iteration": after.eval.iteration if after.eval is not None else None,
+        "notes": notes,
+    }
+
+
 def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any]:
-    """The comparison of two runs as plain data (see :class:`~zebractl.schemas.reports.CompareReport`)."""
+    """The comparison of two runs as plain data (see :class:`~zebractl.schemas.reports.CompareReport`):
+    a parity report, or the before/after report of a fine-tune pair (:func:`relation`)."""
     a, b = open_run(a_path), open_run(b_path)
     diffs = differences(a, b)
+    rel = relation(a, b)
+    if rel is not None:
+        ta, tb = _throughput(a.train), _throughput(b.train)
+        va = a.val[-1].val_loss if a.val else None
+        vb = b.val[-1].val_loss if b.val else None
+        return {
+            "kind": "finetune",
+            "a": {"run": str(a.root), "label": a.label, "reference": a.record.reference,
+                  "iterations": a.train[-1].iteration},
+            "b": {"run": str(b.root), "label": b.label, "reference": b.record.reference,
+                  "iterations": b.train[-1].iteration},
+            "loss": [],
+            "curves": {"iterations": [], "a": [], "b": []},
+            "iteration1_delta": None,
+            "last_half_mean_abs_pct": None,
+            "val_loss": {"a": va, "b": vb, "delta": None},  # each on its own held-out data
+            "throughput": {"a": ta, "b": tb, "ratio": {k: _ratio(ta[k], tb[k]) for k in ta}},
+            "eval": [],
+            "eval_mean_abs_pp": None,
+            "differences": diffs,
+            "forced": False,
+            "finetune": finetune(a, b, rel),
+        }  # fmt: skip
     blocking = [d for d in diffs if d["must_match"]]
     if blocking and not force:
         raise ConfigError(
@@ -195,6 +389,7 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
     ta, tb = _throughput(a.train), _throughput(b.train)
     ev = _eval_rows(a, b)
     return {
+        "kind": "parity",
         "a": {"run": str(a.root), "label": a.label, "reference": a.record.reference,
               "iterations": a.train[-1].iteration},
         "b": {"run": str(b.root), "label": b.label, "reference": b.record.reference,
@@ -213,12 +408,16 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
         "eval_mean_abs_pp": _mean([abs(r["delta_pp"]) for r in ev]) if ev else None,
         "differences": diffs,
         "forced": bool(blocking),
+        "finetune": None,
     }  # fmt: skip
 
 
 def checks(data: dict[str, Any], tolerances: dict[str, float]) -> list[dict[str, Any]]:
-    """Pass/fail of each tolerance that has a value to check (``compare --assert``)."""
-    out = []
+    """Pass/fail of each tolerance that has a value to check (``compare --assert``); none for a
+    fine-tune pair."""
+    out: list[dict[str, Any]] = []
+    if data["kind"] == "finetune":
+        return out
     for key, value, what in (
         ("iteration1_abs", data["iteration1_delta"], "iteration-1 |Δ loss|"),
         ("last_half_pct", data["last_half_mean_abs_pct"], "last-half mean |Δ%| of the loss"),

@@ -2,13 +2,20 @@
 
 from zebractl.run.checkpoint import Checkpoint, DamagedCheckpoint, load_weights
 from zebractl.run.metrics import MetricsReader, MetricsWriter
-from zebractl.run.records import CheckpointMarker, ResolvedConfigRecord, TrainRow, ValRow
+from zebractl.run.records import (
+    CheckpointMarker,
+    InitRecord,
+    ResolvedConfigRecord,
+    TrainRow,
+    ValRow,
+)
 from zebractl.run.rundir import RunDir
 
 __all__ = [
     "Checkpoint",
     "CheckpointMarker",
     "DamagedCheckpoint",
+    "InitRecord",
     "MetricsReader",
     "MetricsWriter",
     "ResolvedConfigRecord",

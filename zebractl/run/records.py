@@ -57,6 +57,32 @@ class ResolvedConfigRecord(StrictModel):
         )
 
 
+class InitRecord(StrictModel):
+    """``RUN/init.json``: what the run's weights were initialised from (``init_from`` or
+    ``train --init-from``), written once, when they were loaded; a resumed run keeps it."""
+
+    schema_version: Literal[1] = 1
+    """Version of this document's layout."""
+    init_from: str
+    """The path as given (relative to the working directory the run was started in)."""
+    given_by: str
+    """Where it came from: ``--init-from``, or the recipe's ``FILE:LINE`` / ``--set``."""
+    path: str
+    """The same path, absolute."""
+    kind: Literal["checkpoint", "hf"]
+    """A zebractl checkpoint (of a run directory, or a checkpoint folder) or a Hugging Face folder."""
+    checkpoint: str | None
+    """The checkpoint folder whose weights were loaded, absolute (null for a Hugging Face folder)."""
+    iteration: int | None = Field(ge=0)
+    """Its iteration (null for a Hugging Face folder)."""
+    run: str | None
+    """The run directory holding that checkpoint, absolute (null when it is in none)."""
+    run_id: str
+    """The training session that loaded the weights."""
+    created: str
+    """UTC time the weights were loaded (ISO 8601)."""
+
+
 class FileRecord(StrictModel):
     """One file of a checkpoint folder, as it was when the checkpoint completed."""
 

@@ -4,6 +4,7 @@
 
     RUN/config.resolved.json        ResolvedConfigRecord (values + provenance)
     RUN/metrics.jsonl               TrainRow / ValRow, one JSON object per line
+    RUN/init.json                   InitRecord: the weights it started from (init_from), if any
     RUN/tensorboard/                TensorBoard event files (train/*, val/*)
     RUN/checkpoints/iter_0000020/   megatron torch_dist checkpoint + zebractl.json marker (written last)
     RUN/data_cache/                 megatron's GPTDataset index cache (safe to delete)
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from zebractl.config.errors import DISK_ERRNOS, ConfigError
-from zebractl.run.records import ResolvedConfigRecord
+from zebractl.run.records import InitRecord, ResolvedConfigRecord
 
 if TYPE_CHECKING:
     from zebractl.schemas.recipe import RunConfig
@@ -49,6 +50,7 @@ class RunDir:
 
     CONFIG = "config.resolved.json"
     METRICS = "metrics.jsonl"
+    INIT = "init.json"
 
     def __init__(self, root: Path, checkpoints: Path | None = None) -> None:
         self.root = Path(root)
@@ -66,6 +68,11 @@ class RunDir:
     def config_path(self) -> Path:
         """The resolved config with provenance."""
         return self.root / self.CONFIG
+
+    @property
+    def init_path(self) -> Path:
+        """What the weights were initialised from (``init_from``)."""
+        return self.root / self.INIT
 
     @property
     def metrics_path(self) -> Path:
@@ -127,6 +134,31 @@ class RunDir:
             raise ConfigError(f"{path}: not a zebractl run directory (no {self.CONFIG})") from None
         except ValidationError as exc:
             raise ConfigError(f"{path}: not a valid resolved config: {exc}") from None
+
+    def write_init(self, record: InitRecord) -> None:
+        """Write the init record (atomically)."""
+        write_text_atomic(self.init_path, record.model_dump_json(indent=2) + "\n")
+
+    def read_init(self) -> InitRecord | None:
+        """The init record; None when the run did not start from other weights (or was trained
+        before zebractl wrote one)."""
+        path = self.init_path
+        try:
+            return InitRecord.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: not a valid init record: {exc}") from None
+
+    @classmethod
+    def containing(cls, path: Path) -> Path | None:
+        """The run directory ``path`` is (or is a checkpoint of): the first of ``path``, its parent
+        and grandparent holding a resolved config; None when there is none."""
+        path = Path(path)
+        return next(
+            (p for p in (path, path.parent, path.parent.parent) if (p / cls.CONFIG).is_file()),
+            None,
+        )
 
     def write_sbatch(self, script: str) -> Path:
         """Write the Slurm script; returns its path."""

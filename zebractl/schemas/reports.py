@@ -973,40 +973,130 @@ class CompareCheck(StrictModel):
     """value <= tolerance."""
 
 
+class CompareLossPoint(StrictModel):
+    """One logged loss of the fine-tuned run."""
+
+    iteration: int
+    """Iteration."""
+    loss: FiniteFloat
+    """Loss (nats per token; with data.format chat, over the assistant tokens only)."""
+
+
+class CompareFinetuneEvalRow(StrictModel):
+    """One seed metric of one task, before and after the fine-tune."""
+
+    task: str
+    """Task."""
+    metric: str
+    """Metric (the task's primary: acc, acc_norm; word_perplexity, bits_per_byte)."""
+    unit: Literal["points", "value"]
+    """points: an accuracy in percent (lm-eval's fraction x 100); value: lm-eval's number as is."""
+    higher_is_better: bool
+    """Whether a positive delta is an improvement (accuracies), or a negative one (perplexities)."""
+    before: FiniteFloat
+    """The initial run's (in ``unit``)."""
+    after: FiniteFloat
+    """The fine-tuned run's."""
+    delta: FiniteFloat
+    """after - before (in ``unit``)."""
+    before_stderr: FiniteFloat | None
+    """lm-eval's standard error of ``before`` (null where it gives none)."""
+    after_stderr: FiniteFloat | None
+    """Of ``after``."""
+
+
+class CompareEvalNotCompared(StrictModel):
+    """A task evaluated on one side only, or on different documents."""
+
+    task: str
+    """Task."""
+    reason: str
+    """Why no delta is given."""
+
+
+class CompareFinetune(StrictModel):
+    """A fine-tune and the run its weights started from: the before/after part of the report."""
+
+    after: Literal["a", "b"]
+    """The fine-tuned run: its init_from names the other one's checkpoint."""
+    before: Literal["a", "b"]
+    """The run it started from."""
+    init_from: str
+    """The fine-tuned run's init_from, as given."""
+    given_by: str
+    """Where that came from: --init-from, or the recipe's FILE:LINE / --set."""
+    recorded_in: str
+    """Where the relation was read: RUN/init.json (the checkpoint actually loaded), or, for a run
+    trained before zebractl wrote init.json, RUN/config.resolved.json (its init_from resolved
+    against the working directory of this compare)."""
+    checkpoint: str | None
+    """The checkpoint of the initial run whose weights were loaded (null when unknown)."""
+    iteration: int | None
+    """Its iteration (null when unknown)."""
+    data_format: str
+    """The fine-tuned run's data.format (chat: its losses are over the assistant tokens only)."""
+    train_loss: list[CompareLossPoint]
+    """The fine-tuned run's training loss as logged; iteration 1's is the initial weights' loss on
+    the fine-tune's first batch (before any update)."""
+    val_loss: list[CompareLossPoint]
+    """Its validation losses on its own held-out data (finite ones)."""
+    eval: list[CompareFinetuneEvalRow]
+    """Per-task eval deltas, after - before (empty unless both runs have eval/results.json)."""
+    eval_not_compared: list[CompareEvalNotCompared]
+    """Tasks evaluated on one side only, or on other documents or --limit."""
+    eval_before_iteration: int | None
+    """The iteration of the initial run's evaluated weights (null: no eval, or a folder's)."""
+    eval_after_iteration: int | None
+    """The fine-tuned run's."""
+    notes: list[str]
+    """What a reader should know before trusting a delta (settings that differ, an eval of the
+    initial run at another iteration than the one the fine-tune started from)."""
+
+
 class CompareReport(Report):
-    """``zebractl compare RUN_A RUN_B --json``: the parity report (also OUTPUT/compare.json)."""
+    """``zebractl compare RUN_A RUN_B --json``: the parity report (also OUTPUT/compare.json), or the
+    before/after report of a fine-tune and the run it started from."""
 
     command: ClassVar[str] = "compare"
 
+    kind: Literal["parity", "finetune"]
+    """parity: two runs of the same data and batch (loss, throughput, eval deltas, checks);
+    finetune: one run's init_from is the other (:attr:`finetune`): the loss-parity fields are empty
+    or null and no check applies."""
     a: CompareSide
     """Run A (the baseline of every delta)."""
     b: CompareSide
     """Run B."""
     loss: list[CompareLossRow]
     """Loss at the first, then the first logged at or after each power of two, and the last
-    common iteration."""
+    common iteration (empty for a fine-tune pair: different data)."""
     curves: CompareCurves
-    """Both loss curves."""
+    """Both loss curves (empty for a fine-tune pair)."""
     iteration1_delta: FiniteFloat | None
-    """Loss b - a at iteration 1 (null when either did not log it)."""
+    """Loss b - a at iteration 1 (null when either did not log it, and for a fine-tune pair)."""
     last_half_mean_abs_pct: FiniteFloat | None
-    """Mean |Δ%| of the loss over the last half of the common iterations."""
+    """Mean |Δ%| of the loss over the last half of the common iterations (null for a fine-tune
+    pair)."""
     val_loss: CompareValLoss
-    """Final validation losses."""
+    """Final validation losses (a fine-tune pair: each on its own held-out data, delta null)."""
     throughput: CompareThroughput
     """Speed side by side."""
     eval: list[CompareEvalRow]
-    """Per-task eval deltas (empty unless both runs have eval/results.json)."""
+    """Per-task eval deltas, b - a (empty unless both runs have eval/results.json; empty for a
+    fine-tune pair: see finetune.eval, after - before)."""
     eval_mean_abs_pp: FiniteFloat | None
     """Mean |Δ| of the eval rows in points."""
     differences: list[CompareDifference]
     """Every resolved-config difference (output paths excluded)."""
     forced: bool
-    """Compared despite a must-match difference (--force)."""
+    """Compared despite a must-match difference (--force; never for a fine-tune pair, whose data
+    differ by design)."""
+    finetune: CompareFinetune | None
+    """The before/after report (kind finetune), else null."""
     checks: list[CompareCheck]
-    """The tolerances (with --assert they decide the exit code)."""
-    passed: bool
-    """Every check ok."""
+    """The tolerances (with --assert they decide the exit code); empty for a fine-tune pair."""
+    passed: bool | None
+    """Every check ok; null for a fine-tune pair (parity does not apply)."""
     files: list[str]
     """The report files written (Markdown, JSON, PNG plots)."""
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zebractl.config.errors import ConfigError
 
@@ -209,7 +209,12 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
         from zebractl.run.records import ResolvedConfigRecord
         from zebractl.train.trainer import Trainer
 
-        record = ResolvedConfigRecord.of(r).model_copy(update={"reference": req.reference})
+        record = ResolvedConfigRecord.of(r)
+        update: dict[str, Any] = {"reference": req.reference}
+        if req.init_from is not None:  # the run's config names what it started from
+            update["config"] = {**record.config, "init_from": str(req.init_from)}
+            update["provenance"] = {**record.provenance, "init_from": "--init-from"}
+        record = record.model_copy(update=update)
         result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)

@@ -43,7 +43,13 @@ from zebractl.planning.flops import flops_per_token
 from zebractl.run import checkpoint as ckpt
 from zebractl.run import disk
 from zebractl.run.metrics import MetricsWriter
-from zebractl.run.records import CheckpointMarker, ResolvedConfigRecord, TrainRow, ValRow
+from zebractl.run.records import (
+    CheckpointMarker,
+    InitRecord,
+    ResolvedConfigRecord,
+    TrainRow,
+    ValRow,
+)
 from zebractl.run.rundir import RunDir
 from zebractl.schemas.recipe import RunConfig, derive
 from zebractl.train.signals import StopFlag
@@ -119,6 +125,11 @@ class Trainer:
         self.cfg, self.run, self.record = cfg, run, record
         # --init-from, else the recipe's init_from
         self.init_from = init_from if init_from is not None else _path(cfg.init_from)
+        self.init_given_by = (
+            "--init-from"
+            if init_from is not None
+            else record.provenance.get("init_from", "default")
+        )
         self.stop_after = stop_after
         self._console = console
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -377,13 +388,39 @@ class Trainer:
         if self.init_from is not None:
             from zebractl.convert import hf
 
+            loaded: ckpt.Checkpoint | None = None
             if hf.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
                 hf.load_hf_into(self.model, self.init_from, cfg.model)
                 where = self.init_from
             else:
-                where = ckpt.load_weights(self.init_from, self.model).folder
+                loaded = ckpt.load_weights(self.init_from, self.model)
+                where = loaded.folder
             self.engine.reload_model_params()
             self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
+            if self.rank == 0:  # what compare's before/after report pairs the run with
+                self._write_init(loaded)
+        elif self.rank == 0 and self.run.init_path.is_file():  # a fresh start: not from those
+            with self._writing("the init record", self.run.init_path):
+                self.run.init_path.unlink()
+
+    def _write_init(self, loaded: ckpt.Checkpoint | None) -> None:
+        """``RUN/init.json``: the weights this run started from (:class:`InitRecord`)."""
+        assert self.init_from is not None
+        folder = loaded.folder.resolve() if loaded is not None else None
+        run = RunDir.containing(folder) if folder is not None else None
+        record = InitRecord(
+            init_from=str(self.init_from),
+            given_by=self.init_given_by,
+            path=str(self.init_from.resolve()),
+            kind="hf" if loaded is None else "checkpoint",
+            checkpoint=str(folder) if folder is not None else None,
+            iteration=loaded.iteration if loaded is not None else None,
+            run=str(run) if run is not None else None,
+            run_id=self.run_id,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
+        with self._writing("the init record", self.run.init_path):
+            self.run.write_init(record)
 
     def _resume_newest_intact(self, root: Path) -> bool:
         """Load the newest checkpoint that verifies and loads on every rank; damaged ones are
