@@ -85,8 +85,16 @@ def _torch_delta_rule(
     allow_neg_eigval: bool,
     initial_state: Tensor | None,
     output_final_state: bool,
+    cu_seqlens: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """KDA's and GDN's torch path once the decay ``g`` is computed (l2-normed q/k, sigmoid beta)."""
+    """KDA's and GDN's torch path once the decay ``g`` is computed (l2-normed q/k, sigmoid beta);
+    with ``cu_seqlens``, each document on its own from a zero state."""
+    if cu_seqlens is not None:
+        return per_document(
+            lambda *xs: _torch_delta_rule(*xs, allow_neg_eigval, None, False),
+            cu_seqlens,
+            q, k, v, g, beta_raw,
+        )  # fmt: skip
     o, s = T.chunk_delta_rule(
         T.l2norm(q),
         T.l2norm(k),
@@ -154,14 +162,8 @@ def kda(
         )
         return (o, s) if output_final_state else o
     g = _kda_gate(f, a_log, dt_bias, lower_bound)
-    if cu_seqlens is not None:
-        return per_document(
-            lambda *xs: _torch_delta_rule(*xs, allow_neg_eigval, None, False),
-            cu_seqlens,
-            q, k, v, g, beta_raw,
-        )  # fmt: skip
     return _torch_delta_rule(
-        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
+        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state, cu_seqlens
     )
 
 
@@ -220,14 +222,8 @@ def gdn(
         )
         return (o, s) if output_final_state else o
     g = T.gdn_gate(a, a_log, dt_bias)
-    if cu_seqlens is not None:
-        return per_document(
-            lambda *xs: _torch_delta_rule(*xs, allow_neg_eigval, None, False),
-            cu_seqlens,
-            q, k, v, g, beta_raw,
-        )  # fmt: skip
     return _torch_delta_rule(
-        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state
+        q, k, v, g, beta_raw, allow_neg_eigval, initial_state, output_final_state, cu_seqlens
     )
 
 
