@@ -365,8 +365,11 @@ def _interactive(
     ``exit``. Everything the terminal showed."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the shell
-        os.chdir(cwd)
-        os.execvpe(argv[0], argv, env)
+        try:
+            os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
     out = b""
     deadline = time.monotonic() + 60
 
@@ -380,6 +383,8 @@ def _interactive(
                     return
                 if not data:
                     return
+                if b"\x1b[c" in data or b"\x1b[0c" in data:  # a terminal query (fish 4): answer
+                    os.write(fd, b"\x1b[?62;22c")
                 out += data
 
     try:
