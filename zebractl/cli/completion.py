@@ -146,11 +146,10 @@ class _Complete(ShellComplete):
     def get_completions(self, args: list[str], incomplete: str) -> list[CompletionItem]:
         ctx = _resolve_context(self.cli, self.ctx_args, self.prog_name, args)
         obj, incomplete = _resolve_incomplete(ctx, args, incomplete)
-        items = obj.shell_complete(ctx, incomplete)
         own = getattr(obj, "_custom_shell_complete", None) is not None
         if isinstance(obj, Parameter) and not own:  # a path, a number: the shell's file names
             return [CompletionItem(":files")]
-        return items
+        return obj.shell_complete(ctx, incomplete)
 
     def format_completion(self, item: CompletionItem) -> str:
         help_text = re.sub(r"\s+", " ", item.help or "").strip()
