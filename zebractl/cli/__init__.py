@@ -21,6 +21,7 @@ from zebractl.cli import schema as _schema
 from zebractl.cli import train as _train
 from zebractl.cli import warmup as _warmup
 from zebractl.cli._common import state
+from zebractl.cli.completion import INSTALL_OPTION, SHOW_OPTION, Group
 
 EPILOG = (
     "Exit codes: 0 ok; 1 runtime failure; 2 usage or config error; 3 a check ran and failed; "
@@ -36,6 +37,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,
+    cls=Group,  # completion: zebractl's scripts and protocol (zebractl/cli/completion.py)
+    add_completion=False,
 )
 
 
@@ -51,6 +54,8 @@ def main(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    install_completion: str | None = INSTALL_OPTION,
+    show_completion: str | None = SHOW_OPTION,
 ) -> None:
     """Zebra pretraining: configs that never lie, FLA-speed training, provable parity."""
     state.verbose = verbose

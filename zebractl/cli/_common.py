@@ -180,9 +180,13 @@ def complete_config(incomplete: str) -> list[str]:
 
 
 def complete_set(incomplete: str) -> list[str]:
-    """Dotted keys of the recipe schema, ending in '=' (the value is the user's to type)."""
-    from zebractl.config.resolve import schema_keys
+    """Dotted keys of the recipe schema, ending in '='; after the '=', the key's values where they
+    are a fixed set (a Literal such as optimizer.impl, a bool), else nothing (the user types it)."""
+    from zebractl.config.resolve import schema_choices, schema_keys
 
+    if "=" in incomplete:
+        key, _, value = incomplete.partition("=")
+        return [f"{key}={v}" for v in schema_choices(key) if v.startswith(value)]
     return [f"{k}=" for k in schema_keys() if k.startswith(incomplete)]
 
 

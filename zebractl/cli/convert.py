@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import EXIT_CHECK, JSON_HELP, emit_json, err, guarded
+from zebractl.cli._common import (
+    EXIT_CHECK,
+    JSON_HELP,
+    complete_preset,
+    emit_json,
+    err,
+    guarded,
+)
+from zebractl.cli.completion import choices
 from zebractl.deps import require
 
 
@@ -17,23 +25,33 @@ def convert(
     ),
     output: Path = typer.Argument(..., help="Output folder (new or empty)."),
     to: str = typer.Option(
-        "hf", "--to", help="hf: export a checkpoint; megatron: import an HF folder (ours or FLA's)."
+        "hf",
+        "--to",
+        help="hf: export a checkpoint; megatron: import an HF folder (ours or FLA's).",
+        autocompletion=choices("hf", "megatron"),
     ),
     preset: str = typer.Option(
         None,
         "--preset",
         help="--to megatron: the architecture of an HF folder zebractl did not write, or of a "
         "Primus checkpoint (checked).",
+        autocompletion=complete_preset,
     ),
     iteration: int = typer.Option(
         None, "--iteration", help="Checkpoint iteration (default: newest)."
     ),
-    dtype: str = typer.Option("bf16", "--dtype", help="Export dtype: bf16 or fp32."),
+    dtype: str = typer.Option(
+        "bf16",
+        "--dtype",
+        help="Export dtype: bf16 or fp32.",
+        autocompletion=choices("bf16", "fp32"),
+    ),
     fmt: str = typer.Option(
         "auto",
         "--format",
         help="auto (fla where FLA has a class, else zebra) | fla (pure KDA/GDN: FLA's classes) | "
         "zebra (any model: zebractl.hf's ZebraForCausalLM).",
+        autocompletion=choices("auto", "fla", "zebra"),
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
@@ -123,7 +141,10 @@ def verify(
     converted: Path = typer.Argument(..., help="The Hugging Face folder `zebractl convert` wrote."),
     tokens: int = typer.Option(128, "--tokens", help="Tokens of real text for the logits tier."),
     device: str = typer.Option(
-        "auto", "--device", help="auto | cpu (fp32, tolerance 1e-5) | cuda (bf16, tolerance 2e-2)."
+        "auto",
+        "--device",
+        help="auto | cpu (fp32, tolerance 1e-5) | cuda (bf16, tolerance 2e-2).",
+        autocompletion=choices("auto", "cpu", "cuda"),
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from zebractl.cli._common import JSON_HELP, emit_json, err, guarded, stdout_to_stderr
+from zebractl.cli.completion import choices
 from zebractl.deps import require
 
 
@@ -26,9 +27,14 @@ def eval_(
     ),
     limit: int = typer.Option(None, "--limit", help="Documents per task (default: all)."),
     batch_size: str = typer.Option("16", "--batch-size", help="lm-eval's batch size, or auto."),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
+    device: str = typer.Option(
+        "auto", "--device", help="auto | cpu | cuda.", autocompletion=choices("auto", "cpu", "cuda")
+    ),
     dtype: str = typer.Option(
-        "auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32."
+        "auto",
+        "--dtype",
+        help="auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32.",
+        autocompletion=choices("auto", "bf16", "fp32"),
     ),
     max_length: int = typer.Option(
         None,

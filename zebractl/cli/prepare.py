@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from zebractl.cli._common import JSON_HELP, CheckFailed, emit_json, err, guarded
+from zebractl.cli.completion import choices
 from zebractl.deps import require
 
 
@@ -49,6 +50,7 @@ def prepare(
         "truncate",
         "--overlong",
         help="chat with --seq-length: truncate or drop a longer conversation.",
+        autocompletion=choices("truncate", "drop"),
     ),
     add_bos: bool = typer.Option(
         None,

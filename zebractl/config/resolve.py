@@ -290,6 +290,34 @@ def schema_keys(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[st
     return out
 
 
+def schema_choices(dotted: str, model: type[BaseModel] = RunConfig) -> list[str]:
+    """The values a leaf key of the schema can take when they are a fixed set (a ``Literal``, a
+    bool; ``null`` where the key is optional), as ``--set`` spells them; [] for any other key."""
+    head, _, rest = dotted.partition(".")
+    field = next((f for n, f in model.model_fields.items() if (f.alias or n) == head), None)
+    if field is None:
+        return []
+    if rest:
+        sub = _unwrap(field.annotation)
+        return schema_choices(rest, sub) if sub is not None else []
+    out: list[str] = []
+    todo = [field.annotation]
+    while todo:
+        annotation = todo.pop(0)
+        origin = typing.get_origin(annotation)
+        if origin in (typing.Union, types.UnionType):
+            todo[:0] = list(typing.get_args(annotation))
+        elif origin is Literal:
+            out += [str(v).lower() if isinstance(v, bool) else str(v) for v in annotation.__args__]
+        elif annotation is bool:
+            out += ["true", "false"]
+        elif annotation is type(None):
+            out.append("null")
+        else:
+            return []  # a free-form value among the choices: nothing to offer
+    return list(dict.fromkeys(out))
+
+
 def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
     key = dotted
     while key:
