@@ -41,7 +41,8 @@ def _fmt(value: Any) -> str:
 def show(
     config: str = typer.Argument(
         ...,
-        help="Recipe or preset: a shipped name or a .yaml path.",
+        help="Recipe or preset (a shipped name or a .yaml path), or a run directory (RUN or "
+        "RUN/config.resolved.json: the config it recorded).",
         autocompletion=complete_config,
     ),
     set_: list[str] = typer.Option(
@@ -49,7 +50,8 @@ def show(
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Print every resolved value with its source (default, FILE:LINE or --set)."""
+    """Print every resolved value with its source (default, FILE:LINE or --set); for a run
+    directory, the config the run recorded, with the sources it recorded."""
     from zebractl.config.resolve import resolve_any
 
     r = resolve_any(config, set_)
@@ -133,7 +135,7 @@ def diff(
     b: str = typer.Argument(..., help="Second recipe or preset.", autocompletion=complete_config),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Show the resolved values that differ between two configs, with their sources."""
+    """Show the resolved values that differ between two configs or runs, with their sources."""
     from zebractl.config.resolve import resolve_any
     from zebractl.schemas.reports import ConfigDifference, ConfigDiffReport
 
