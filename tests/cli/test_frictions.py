@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,85 @@ def test_config_show_refuses_what_is_neither_config_nor_run(cli, run_dir, ref, m
     result = cli("config", "show", ref)
     assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def _commands() -> list[tuple[str, ...]]:
+    """Every leaf command of the app, as argv prefixes (``("config", "show")``, ``("plan",)``)."""
+    import typer
+
+    from zebractl.cli import app
+
+    out: list[tuple[str, ...]] = []
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        if hasattr(cmd, "commands"):  # a group (Typer vendors its own click)
+            for name, sub in cmd.commands.items():
+                walk(sub, (*path, name))
+        else:
+            out.append(path)
+
+    walk(typer.main.get_command(app), ())
+    return out
+
+
+def _params(argv: tuple[str, ...]):
+    import typer
+
+    from zebractl.cli import app
+
+    cmd = typer.main.get_command(app)
+    for name in argv:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    return cmd.params
+
+
+COMMANDS = _commands()
+
+
+def test_every_command_is_walked():
+    assert {("plan",), ("train",), ("config", "show"), ("schema", "export")} <= set(COMMANDS)
+    assert len(COMMANDS) >= 15
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_help_metavars_are_words(cli, argv):
+    result = cli(*argv, "--help")
+    assert result.exit_code == 0
+    usage = result.stdout.splitlines()[0]
+    assert usage.startswith("Usage: zebractl") and "{" not in usage, usage
+    for python_type in ("<str>", "<int>", "<float>", "<path>", "<list[", "<bool>"):
+        assert python_type not in result.stdout, (argv, python_type)
+
+
+def test_metavar_words_in_usage_and_errors(cli):
+    assert cli("plan", "--help").stdout.splitlines()[0] == "Usage: zebractl plan [OPTIONS] RECIPE"
+    text = cli("train", "--help").stdout
+    assert "  RECIPE  " in text and "--nproc N " in text and "-o, --output RUN " in text
+    assert "--init-from PATH " in text
+    compare = cli("compare", "--help").stdout.splitlines()[0]
+    assert compare == "Usage: zebractl compare [OPTIONS] RUN_A [RUN_B]"
+    missing = cli("plan")
+    assert missing.exit_code == 2 and "Missing argument 'RECIPE'" in missing.stderr
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_output_flag_is_one_spelling(argv):
+    for param in _params(argv):
+        opts = [*param.opts, *param.secondary_opts]
+        if param.param_type_name != "option" or param.hidden:
+            continue
+        if any(o.startswith("--out") for o in opts):
+            assert opts == ["-o", "--output"], (argv, opts)
+
+
+def test_output_flag_exists_where_a_command_writes_a_folder():
+    for argv in (("train",), ("prepare",), ("eval",), ("compare",), ("schema", "export")):
+        assert any(p.opts == ["-o", "--output"] for p in _params(argv)), argv
+
+
+def test_schema_export_keeps_out_as_hidden_alias(cli, tmp_path):
+    out = tmp_path / "schemas"
+    assert cli("schema", "export", "--out", str(out)).exit_code == 0
+    assert (out / "recipe.schema.json").is_file()
+    assert cli("schema", "export", "-o", str(out), "--check").exit_code == 0
+    assert "--out " not in cli("schema", "export", "--help").stdout

@@ -93,7 +93,8 @@ def show(
 def validate(
     paths: list[str] = typer.Argument(
         ...,
-        help="Recipe or preset files (or shipped names).",
+        metavar="CONFIG",
+        help="Recipe or preset files (or shipped names), or run directories.",
         autocompletion=complete_config,
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),

@@ -17,7 +17,10 @@ def convert(
     ),
     output: Path = typer.Argument(..., help="Output folder (new or empty)."),
     to: str = typer.Option(
-        "hf", "--to", help="hf: export a checkpoint; megatron: import an HF folder (ours or FLA's)."
+        "hf",
+        "--to",
+        metavar="TARGET",
+        help="hf: export a checkpoint; megatron: import an HF folder (ours or FLA's).",
     ),
     preset: str = typer.Option(
         None,

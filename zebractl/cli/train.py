@@ -35,7 +35,11 @@ def train(
         [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
     ),
     output: Path = typer.Option(
-        None, "--output", "-o", help="Run directory (default: the recipe's output_dir)."
+        None,
+        "-o",
+        "--output",
+        metavar="RUN",
+        help="Run directory (default: the recipe's output_dir).",
     ),
     init_from: Path = typer.Option(
         None,
