@@ -146,3 +146,22 @@ def test_schema_export_keeps_out_as_hidden_alias(cli, tmp_path):
     assert (out / "recipe.schema.json").is_file()
     assert cli("schema", "export", "-o", str(out), "--check").exit_code == 0
     assert "--out " not in cli("schema", "export", "--help").stdout
+
+
+@pytest.mark.parametrize("check", [["--check"], ["--check", "--json"], []])
+@pytest.mark.parametrize("nproc", ["-3", "0"])
+def test_train_and_check_refuse_a_bad_nproc_alike(cli, tmp_path, monkeypatch, check, nproc):
+    monkeypatch.chdir(tmp_path)
+    result = cli("train", "tiny_kda", *check, "--nproc", nproc)
+    assert result.exit_code == 2, result.output
+    assert f"--nproc {nproc}: must be at least 1" in result.stderr
+    assert not Path("runs").exists()  # refused before anything was written
+
+
+def test_train_check_resolves_as_train_would(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    two = cli("train", "tiny_kda", "--check", "--json", "--nproc", "2")
+    gpus = {c["name"]: c for c in json.loads(two.stdout)["checks"]}["gpus"]
+    assert "2 GPU(s)" in gpus["detail"] or "2 planned" in gpus["detail"]
+    bad = cli("train", "tiny_hybrid", "--check", "--reference", "fla")  # train refuses it too
+    assert bad.exit_code == 2 and "Traceback" not in bad.stderr
