@@ -165,3 +165,27 @@ def test_train_check_resolves_as_train_would(cli, tmp_path, monkeypatch):
     assert "2 GPU(s)" in gpus["detail"] or "2 planned" in gpus["detail"]
     bad = cli("train", "tiny_hybrid", "--check", "--reference", "fla")  # train refuses it too
     assert bad.exit_code == 2 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_every_help_has_examples_of_itself(cli, argv):
+    text = cli(*argv, "--help").stdout
+    assert "Examples:" in text, argv
+    after = text.split("Examples:", 1)[1]
+    prefix = "zebractl " + " ".join(argv)
+    examples = [ln.strip() for ln in after.splitlines() if ln.strip().startswith("zebractl ")]
+    assert examples and all(ex.startswith(prefix) for ex in examples), (argv, examples)
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_examples_use_only_options_the_command_has(argv):
+    import shlex
+
+    from zebractl.cli._examples import EXAMPLES
+
+    known = {o for p in _params(argv) for o in (*p.opts, *p.secondary_opts)} | {"-h", "--help"}
+    for example in EXAMPLES[" ".join(argv)]:
+        words = shlex.split(example)
+        assert words[: 1 + len(argv)] == ["zebractl", *argv], example
+        flags = {w.split("=")[0] for w in words if w.startswith("-")}
+        assert flags <= known, (example, flags - known)

@@ -17,6 +17,7 @@ from zebractl.cli._common import (
     err,
     guarded,
 )
+from zebractl.cli._examples import epilog
 
 app = typer.Typer(help="Show, validate and compare resolved configs.", no_args_is_help=True)
 
@@ -36,7 +37,7 @@ def _fmt(value: Any) -> str:
     return json.dumps(value)
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("config show"))
 @guarded
 def show(
     config: str = typer.Argument(
@@ -88,7 +89,7 @@ def show(
     console.print("merge order: schema default < preset < recipe < --set")
 
 
-@app.command("validate")
+@app.command("validate", epilog=epilog("config validate"))
 @guarded
 def validate(
     paths: list[str] = typer.Argument(
@@ -129,7 +130,7 @@ def validate(
         raise typer.Exit(EXIT_USAGE)
 
 
-@app.command("diff")
+@app.command("diff", epilog=epilog("config diff"))
 @guarded
 def diff(
     a: str = typer.Argument(..., help="First recipe or preset.", autocompletion=complete_config),

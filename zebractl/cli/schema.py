@@ -7,13 +7,14 @@ from pathlib import Path
 import typer
 
 from zebractl.cli._common import CheckFailed, guarded
+from zebractl.cli._examples import epilog
 
 app = typer.Typer(
     help="JSON Schema files for presets, recipes and --json reports.", no_args_is_help=True
 )
 
 
-@app.command("export")
+@app.command("export", epilog=epilog("schema export"))
 @guarded
 def export(
     out: Path = typer.Option(
