@@ -4,6 +4,7 @@ examples, word metavars, one spelling of the output flag, --nproc validation, `z
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,54 @@ def test_examples_use_only_options_the_command_has(argv):
         assert words[: 1 + len(argv)] == ["zebractl", *argv], example
         flags = {w.split("=")[0] for w in words if w.startswith("-")}
         assert flags <= known, (example, flags - known)
+
+
+def test_env_json_has_versions_gpus_caches_paths(cli, tmp_path, monkeypatch):
+    from zebractl.schemas.reports import EnvReport
+
+    monkeypatch.setenv("ZEBRACTL_CACHE_DIR", str(tmp_path / "zc"))
+    (tmp_path / "zc" / "kernels" / "nvidia-h200_torch-x_triton-y_fla-z").mkdir(parents=True)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    monkeypatch.setenv("ZEBRACTL_API_KEY", "also_secret")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    bin_dir = tmp_path / "bin"  # a stand-in nvidia-smi: the report parses its CSV
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, 143771, 580.65'\n", encoding="utf-8")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    result = cli("env", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "hf_secret_value" not in result.stdout and "also_secret" not in result.stdout
+    rep = EnvReport.model_validate_json(result.stdout)
+    for dist in ("zebractl", "torch", "triton", "flash-linear-attention", "megatron-core",
+                 "transformers", "pydantic"):  # fmt: skip
+        assert dist in rep.versions
+    assert rep.python and rep.python_executable and rep.platform
+    assert rep.gpu_source == "nvidia-smi"
+    assert [(g.name, g.memory_gib, g.driver) for g in rep.gpus] == [
+        ("NVIDIA H200", 140.4, "580.65")
+    ]
+    paths = {p.name: p for p in rep.paths}
+    assert paths["kernel cache"].path == str(tmp_path / "zc" / "kernels")
+    assert paths["kernel cache"].note.startswith("$ZEBRACTL_CACHE_DIR")
+    assert rep.kernel_stacks == ["nvidia-h200_torch-x_triton-y_fla-z"]
+    assert {"Hugging Face cache", "shipped recipes", "working directory"} <= set(paths)
+    assert rep.environment["NCCL_DEBUG"] == "INFO" and "HF_TOKEN" not in rep.environment
+    schema = json.loads(
+        (Path(__file__).parents[2] / "schemas/reports" / EnvReport.schema_file()).read_text()
+    )
+    import jsonschema
+
+    jsonschema.validate(json.loads(result.stdout), schema)
+
+
+def test_env_default_is_paste_ready_markdown(cli):
+    result = cli("env")
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert text.startswith("### zebractl env\n")
+    assert "| package | version |" in text and "| torch |" in text and "| pydantic |" in text
+    assert "| kernel cache |" in text and "Python " in text
+    assert not text.lstrip().startswith("{")

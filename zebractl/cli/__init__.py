@@ -14,6 +14,7 @@ from zebractl.cli import compare as _compare
 from zebractl.cli import config as _config
 from zebractl.cli import convert as _convert
 from zebractl.cli import doctor as _doctor
+from zebractl.cli import env as _env
 from zebractl.cli import eval as _eval
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
@@ -66,3 +67,4 @@ app.command("eval", epilog=epilog("eval"))(_eval.eval_)
 app.add_typer(_schema.app, name="schema")
 app.command("compare", epilog=epilog("compare"))(_compare.compare)
 app.command("doctor", epilog=epilog("doctor"))(_doctor.doctor)
+app.command("env", epilog=epilog("env"))(_env.env)
