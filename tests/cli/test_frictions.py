@@ -241,3 +241,41 @@ def test_env_default_is_paste_ready_markdown(cli):
     assert "| package | version |" in text and "| torch |" in text and "| pydantic |" in text
     assert "| kernel cache |" in text and "Python " in text
     assert not text.lstrip().startswith("{")
+
+
+_PLAN_PROBE = """
+import contextlib, io, json, sys
+from zebractl.cli import app
+from zebractl.config import catalog
+
+for recipe in catalog.shipped("recipe"):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            app(["plan", recipe, "--json"], prog_name="zebractl")
+        except SystemExit as e:
+            assert e.code == 0, (recipe, e.code)
+    assert json.loads(out.getvalue())["parameters"]["built"] is None, recipe
+heavy = ("torch", "megatron", "fla", "transformers", "triton", "lm_eval")
+print("LOADED:" + ",".join(m for m in heavy if m in sys.modules))
+"""
+
+
+def test_plan_builds_no_model_and_imports_nothing_heavy():
+    """`zebractl plan` computes from the config (zebractl.layout): no torch or megatron import, so
+    it takes about a second (it took 5-18 s building the model on the meta device; the time itself
+    is not asserted, the imports are)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PLAN_PROBE], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "LOADED:"
+
+
+def test_plan_build_cross_checks_on_request(cli):
+    pytest.importorskip("megatron.core")
+    doc = json.loads(cli("plan", "tiny_hybrid", "--json", "--build").stdout)
+    assert doc["parameters"]["built"] == doc["parameters"]["total"]

@@ -293,6 +293,9 @@ class Plan:
     recipe: str
     cfg: RunConfig
     fit_gib: float | None = None
+    build: bool = False
+    """Also build the model on the meta device and count its parameters (``parameters.built``):
+    imports torch and megatron-core (seconds), so only on request (``plan --build``)."""
 
     def report(self) -> PlanReport:
         """The typed document of `zebractl plan --json` (:meth:`to_dict`, validated)."""
@@ -303,7 +306,7 @@ class Plan:
         cfg, m = self.cfg, self.cfg.model
         d = derive(cfg)
         params = parameter_report(m)
-        params["built"] = built_parameter_count(m)
+        params["built"] = built_parameter_count(m) if self.build else None
         fl = flops_per_token(m, cfg.data.seq_length)
         limit, why = max_sequence_length(m)
         return {

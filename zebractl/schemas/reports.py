@@ -73,7 +73,9 @@ class PlanParameters(StrictModel):
     tensors: int
     """Number of parameter tensors."""
     built: int | None = None
-    """Parameters of the model built on the meta device; null without the runtime installed."""
+    """Parameters of the model built on the meta device (``plan --build``); null without
+    ``--build`` (planning does not build the model: ``total`` comes from zebractl.layout) or
+    without the runtime installed."""
 
 
 class PlanPattern(StrictModel):
