@@ -279,3 +279,17 @@ def test_plan_build_cross_checks_on_request(cli):
     pytest.importorskip("megatron.core")
     doc = json.loads(cli("plan", "tiny_hybrid", "--json", "--build").stdout)
     assert doc["parameters"]["built"] == doc["parameters"]["total"]
+
+
+def test_readme_says_no_transformer_engine_and_fp8_through_torchao():
+    """The README's paragraph, and the code facts it states."""
+    root = Path(__file__).parents[2]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert "### Transformer Engine and FP8" in readme
+    assert "zebractl does not use NVIDIA Transformer Engine" in readme
+    assert "`--set kernels.fp8_mlp=tensorwise`" in readme and "torchao" in readme
+    megatron_config = (root / "zebractl/model/megatron_config.py").read_text(encoding="utf-8")
+    assert '"transformer_impl": "local"' in megatron_config
+    assert "scaled_dot_product_attention" in (root / "zebractl/model/attention.py").read_text()
+    fp8 = (root / "zebractl/model/ops/fp8.py").read_text(encoding="utf-8")
+    assert "torchao" in fp8 and "transformer_engine" not in fp8
