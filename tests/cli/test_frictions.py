@@ -293,3 +293,34 @@ def test_readme_says_no_transformer_engine_and_fp8_through_torchao():
     assert "scaled_dot_product_attention" in (root / "zebractl/model/attention.py").read_text()
     fp8 = (root / "zebractl/model/ops/fp8.py").read_text(encoding="utf-8")
     assert "torchao" in fp8 and "transformer_engine" not in fp8
+
+
+def test_plan_time_to_train_from_measured_throughput(cli):
+    doc = json.loads(cli("plan", "zebra_kda_1B_hybrid_1gpu", "--json").stdout)
+    tt, tokens = doc["time_to_train"], doc["tokens"]["total"]
+    # the measured run's own shape (1 H200, seq 8192): the estimate gives back its 63,005 tokens/s
+    assert tt["tokens_per_s"] == pytest.approx(63_005, rel=0.01)
+    assert tt["hours"] == pytest.approx(tokens / tt["tokens_per_s"] / 3600, rel=0.01)
+    assert tt["gpu"] == "NVIDIA H200" and tt["mfu"] == 0.482
+    assert "benchmarks/README.md" in tt["source"] and "63,005 tokens/s" in tt["measured"]
+    eight = json.loads(cli("plan", "zebra_kda_1B_hybrid", "--json").stdout)["time_to_train"]
+    assert eight["tokens_per_s"] == pytest.approx(8 * tt["tokens_per_s"], rel=0.01)
+    text = cli("plan", "kda_300M").stdout
+    assert "time to train (estimate):" in " ".join(text.split())
+
+
+def test_plan_time_to_train_says_when_nothing_was_measured(cli):
+    tt = json.loads(cli("plan", "tiny_kda", "--json").stdout)["time_to_train"]
+    assert tt["hours"] is None and tt["source"] is None
+    assert "no throughput measured for preset tiny_kda" in tt["note"]
+
+
+def test_measured_throughputs_name_shipped_presets_and_existing_sources():
+    from zebractl.config import catalog
+    from zebractl.planning.throughput import MEASURED
+
+    root = Path(__file__).parents[2]
+    for preset, m in MEASURED.items():
+        assert preset in catalog.shipped("preset"), preset
+        assert (root / m.source.split()[0].rstrip(",")).exists(), m.source
+        assert 0 < m.mfu < 1 and m.tokens_per_s > 0

@@ -148,6 +148,16 @@ def _print(doc: PlanReport) -> None:
         f"{mem.total_gib} GiB ({mem.scheme})",
         markup=False,
     )
+    tt = doc.time_to_train
+    if tt.hours is not None:
+        console.print(
+            f"time to train (estimate): {tt.hours:,.1f} h at {_n(tt.tokens_per_s or 0)} tokens/s "
+            f"on {b.num_gpus} x {tt.gpu}, from the measured {tt.measured} ({tt.source}); "
+            f"{tt.note}",
+            markup=False,
+        )
+    else:
+        console.print(f"time to train: no estimate ({tt.note})", markup=False)
     ft = doc.fit
     if ft is not None:
         if ft.micro == 0:

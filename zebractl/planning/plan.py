@@ -16,6 +16,7 @@ from typing import Any
 
 from zebractl.layout import SUBLAYER_SHAPES, model_shapes, numel
 from zebractl.planning.flops import flops_per_token
+from zebractl.planning.throughput import time_to_train
 from zebractl.schemas.preset import ModelConfig, max_sequence_length
 from zebractl.schemas.recipe import Derived, RunConfig, derive
 from zebractl.schemas.reports import PlanReport
@@ -354,4 +355,7 @@ class Plan:
             },
             "memory_per_gpu": memory_report(cfg, params["total"], d),
             "fit": fit(cfg, params["total"], self.fit_gib) if self.fit_gib is not None else None,
+            "time_to_train": time_to_train(
+                cfg.preset, cfg.parallelism.num_gpus, fl.training, d.total_tokens
+            ),
         }

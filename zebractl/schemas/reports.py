@@ -134,6 +134,27 @@ class PlanTokens(StrictModel):
     """per_step * iterations."""
 
 
+class PlanTimeToTrain(StrictModel):
+    """Wall time of the run estimated from a measured throughput of the same preset
+    (zebractl.planning.throughput); all null but ``note`` when none was measured."""
+
+    hours: float | None
+    """Estimated hours for all the run's tokens (null: no measurement of this preset)."""
+    tokens_per_s: float | None
+    """Estimated tokens/s of the whole run: measured MFU x the GPU's bf16 peak x GPUs / training
+    FLOPs per token."""
+    gpu: str | None
+    """The GPU the measurement (and so the estimate) is for."""
+    mfu: float | None
+    """Model FLOP utilisation measured (plan FLOPs basis), 0-1."""
+    measured: str | None
+    """What was measured: run, tokens/s, MFU, micro-batch, sequence length."""
+    source: str | None
+    """Where the measurement is recorded."""
+    note: str
+    """The estimate's assumption, or why there is none."""
+
+
 class PlanBatch(StrictModel):
     """Batch and parallel layout."""
 
@@ -245,6 +266,8 @@ class PlanReport(Report):
     """Per-GPU memory estimate."""
     fit: PlanFit | None = None
     """--fit: the largest micro-batch that fits (null without --fit)."""
+    time_to_train: PlanTimeToTrain
+    """Wall time estimated from a measured throughput of the same preset, with its source."""
 
 
 # ---- zebractl config show | validate | diff --------------------------------------------------------
