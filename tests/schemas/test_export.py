@@ -27,32 +27,32 @@ def test_committed_schemas_are_current():
 
 def test_export_check_detects_stale_files(cli, tmp_path):
     out = tmp_path / "schemas"
-    assert cli("schema", "export", "--out", str(out)).exit_code == 0
-    assert cli("schema", "export", "--out", str(out), "--check").exit_code == 0
+    assert cli("schema", "export", "--output", str(out)).exit_code == 0
+    assert cli("schema", "export", "-o", str(out), "--check").exit_code == 0
     (out / "preset.schema.json").write_text("{}\n")
-    result = cli("schema", "export", "--out", str(out), "--check")
+    result = cli("schema", "export", "-o", str(out), "--check")
     assert result.exit_code == 3 and "stale" in result.stderr
-    assert cli("schema", "export", "--out", str(out)).exit_code == 0
-    assert cli("schema", "export", "--out", str(out), "--check").exit_code == 0
+    assert cli("schema", "export", "--output", str(out)).exit_code == 0
+    assert cli("schema", "export", "-o", str(out), "--check").exit_code == 0
 
 
 def test_export_check_covers_report_schemas(cli, tmp_path):
     out = tmp_path / "schemas"
-    assert cli("schema", "export", "--out", str(out)).exit_code == 0
+    assert cli("schema", "export", "--output", str(out)).exit_code == 0
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json")) == sorted(
         all_schemas()
     )
     plan = out / REPORTS_DIR / "plan.schema.json"
     plan.unlink()
-    result = cli("schema", "export", "--out", str(out), "--check")
+    result = cli("schema", "export", "-o", str(out), "--check")
     assert result.exit_code == 3 and "plan.schema.json" in result.stderr
-    assert cli("schema", "export", "--out", str(out)).exit_code == 0 and plan.is_file()
+    assert cli("schema", "export", "--output", str(out)).exit_code == 0 and plan.is_file()
     orphan = out / REPORTS_DIR / "gone.schema.json"  # a report that no longer exists
     orphan.write_text("{}\n")
-    result = cli("schema", "export", "--out", str(out), "--check")
+    result = cli("schema", "export", "-o", str(out), "--check")
     assert result.exit_code == 3 and "gone.schema.json" in result.stderr
-    assert cli("schema", "export", "--out", str(out)).exit_code == 0 and not orphan.exists()
-    assert cli("schema", "export", "--out", str(out), "--check").exit_code == 0
+    assert cli("schema", "export", "--output", str(out)).exit_code == 0 and not orphan.exists()
+    assert cli("schema", "export", "-o", str(out), "--check").exit_code == 0
 
 
 @pytest.mark.parametrize("kind", ["preset", "recipe"])

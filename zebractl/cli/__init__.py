@@ -14,6 +14,7 @@ from zebractl.cli import compare as _compare
 from zebractl.cli import config as _config
 from zebractl.cli import convert as _convert
 from zebractl.cli import doctor as _doctor
+from zebractl.cli import env as _env
 from zebractl.cli import eval as _eval
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
@@ -21,12 +22,9 @@ from zebractl.cli import schema as _schema
 from zebractl.cli import train as _train
 from zebractl.cli import warmup as _warmup
 from zebractl.cli._common import state
+from zebractl.cli._examples import EXIT_CODES as EPILOG
+from zebractl.cli._examples import epilog
 from zebractl.cli.completion import INSTALL_OPTION, SHOW_OPTION, Group
-
-EPILOG = (
-    "Exit codes: 0 ok; 1 runtime failure; 2 usage or config error; 3 a check ran and failed; "
-    "130 interrupted. Merge order of every value: schema default < preset < recipe < --set."
-)
 
 app = typer.Typer(
     name="zebractl",
@@ -62,15 +60,16 @@ def main(
 
 
 app.add_typer(_config.app, name="config")
-app.command("presets", epilog=EPILOG)(_catalog.presets)
-app.command("recipes", epilog=EPILOG)(_catalog.recipes)
-app.command("plan", epilog=EPILOG)(_plan.plan)
-app.command("prepare", epilog=EPILOG)(_prepare.prepare)
-app.command("train", epilog=EPILOG)(_train.train)
-app.command("warmup", epilog=EPILOG)(_warmup.warmup)
-app.command("convert", epilog=EPILOG)(_convert.convert)
-app.command("verify", epilog=EPILOG)(_convert.verify)
-app.command("eval", epilog=EPILOG)(_eval.eval_)
+app.command("presets", epilog=epilog("presets"))(_catalog.presets)
+app.command("recipes", epilog=epilog("recipes"))(_catalog.recipes)
+app.command("plan", epilog=epilog("plan"))(_plan.plan)
+app.command("prepare", epilog=epilog("prepare"))(_prepare.prepare)
+app.command("train", epilog=epilog("train"))(_train.train)
+app.command("warmup", epilog=epilog("warmup"))(_warmup.warmup)
+app.command("convert", epilog=epilog("convert"))(_convert.convert)
+app.command("verify", epilog=epilog("verify"))(_convert.verify)
+app.command("eval", epilog=epilog("eval"))(_eval.eval_)
 app.add_typer(_schema.app, name="schema")
-app.command("compare", epilog=EPILOG)(_compare.compare)
-app.command("doctor", epilog=EPILOG)(_doctor.doctor)
+app.command("compare", epilog=epilog("compare"))(_compare.compare)
+app.command("doctor", epilog=epilog("doctor"))(_doctor.doctor)
+app.command("env", epilog=epilog("env"))(_env.env)

@@ -39,6 +39,58 @@ state = _State()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _word_metavars() -> None:
+    """Help and usage show metavars as words (``RECIPE``, ``PATH``, ``N``), never Python types.
+
+    Typer 0.29's plain help prints an argument as ``{recipe}`` in the usage line and
+    ``recipe <str>`` in its table, and an option without a metavar as ``--nproc <int>``. This keeps
+    click's convention instead: an argument is its name in capitals (``[NAME]`` when optional,
+    ``...`` when repeated), and an option's value is its ``metavar``, else ``PATH`` for a path,
+    ``N`` for an integer, else the option's long name in capitals (``--device DEVICE``).
+    Tested by tests/cli/test_frictions.py; a Typer without these hooks keeps its own format.
+    """
+    from typer import core
+
+    arg, opt = getattr(core, "TyperArgument", None), getattr(core, "TyperOption", None)
+    needed = ("display_type_rich", "display_name_raw", "_usage_display_name", "_rich_display_name")
+    if arg is None or opt is None or not all(hasattr(arg, n) for n in needed):
+        return
+    if getattr(arg, "_zebractl_words", False):
+        return
+
+    def arg_name(self: Any) -> str:
+        return self.metavar if self.metavar is not None else (self.name or "").upper()
+
+    def arg_usage(self: Any) -> str:
+        name = arg_name(self)
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def opt_value(self: Any, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return self.metavar
+        desc = self.type_descriptor
+        annotation = getattr(desc, "annotation", None)
+        if getattr(desc, "is_path", False):
+            word = "PATH"
+        elif annotation is int:
+            word = "N"
+        else:
+            longs = [o for o in self.opts if o.startswith("--")] or [self.name or "value"]
+            word = longs[0].lstrip("-").replace("-", "_").upper()
+        return word + ("..." if self.nargs != 1 else "")
+
+    arg.display_name_raw = property(arg_name)
+    arg.display_type_rich = lambda self, ctx: None
+    arg._usage_display_name = arg_usage
+    arg._rich_display_name = lambda self: arg_name(self) + ("..." if self.nargs != 1 else "")
+    opt.display_type_rich = opt_value
+    arg._zebractl_words = True
+
+
+_word_metavars()
+
+
 def err(message: str) -> None:
     """Print a message for humans on stderr."""
     print(message, file=sys.stderr)

@@ -46,7 +46,11 @@ def compare(
         help="Override a tolerance: iteration1_abs (1e-3), last_half_pct (1.0), eval_pp (1.0).",
     ),
     output: Path = typer.Option(
-        None, "--output", help="Report folder (default: RUN_A/reports/compare-<RUN_B name>)."
+        None,
+        "-o",
+        "--output",
+        metavar="DIR",
+        help="Report folder (default: RUN_A/reports/compare-<RUN_B name>).",
     ),
     force: bool = typer.Option(
         False, "--force", help="Compare runs that differ in data, tokenizer, sequence or batch."

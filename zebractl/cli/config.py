@@ -17,6 +17,7 @@ from zebractl.cli._common import (
     err,
     guarded,
 )
+from zebractl.cli._examples import epilog
 
 app = typer.Typer(help="Show, validate and compare resolved configs.", no_args_is_help=True)
 
@@ -36,12 +37,13 @@ def _fmt(value: Any) -> str:
     return json.dumps(value)
 
 
-@app.command("show")
+@app.command("show", epilog=epilog("config show"))
 @guarded
 def show(
     config: str = typer.Argument(
         ...,
-        help="Recipe or preset: a shipped name or a .yaml path.",
+        help="Recipe or preset (a shipped name or a .yaml path), or a run directory (RUN or "
+        "RUN/config.resolved.json: the config it recorded).",
         autocompletion=complete_config,
     ),
     set_: list[str] = typer.Option(
@@ -49,7 +51,8 @@ def show(
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Print every resolved value with its source (default, FILE:LINE or --set)."""
+    """Print every resolved value with its source (default, FILE:LINE or --set); for a run
+    directory, the config the run recorded, with the sources it recorded."""
     from zebractl.config.resolve import resolve_any
 
     r = resolve_any(config, set_)
@@ -86,12 +89,13 @@ def show(
     console.print("merge order: schema default < preset < recipe < --set")
 
 
-@app.command("validate")
+@app.command("validate", epilog=epilog("config validate"))
 @guarded
 def validate(
     paths: list[str] = typer.Argument(
         ...,
-        help="Recipe or preset files (or shipped names).",
+        metavar="CONFIG",
+        help="Recipe or preset files (or shipped names), or run directories.",
         autocompletion=complete_config,
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -126,14 +130,14 @@ def validate(
         raise typer.Exit(EXIT_USAGE)
 
 
-@app.command("diff")
+@app.command("diff", epilog=epilog("config diff"))
 @guarded
 def diff(
     a: str = typer.Argument(..., help="First recipe or preset.", autocompletion=complete_config),
     b: str = typer.Argument(..., help="Second recipe or preset.", autocompletion=complete_config),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Show the resolved values that differ between two configs, with their sources."""
+    """Show the resolved values that differ between two configs or runs, with their sources."""
     from zebractl.config.resolve import resolve_any
     from zebractl.schemas.reports import ConfigDifference, ConfigDiffReport
 

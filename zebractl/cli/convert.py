@@ -27,6 +27,7 @@ def convert(
     to: str = typer.Option(
         "hf",
         "--to",
+        metavar="TARGET",
         help="hf: export a checkpoint; megatron: import an HF folder (ours or FLA's).",
         autocompletion=choices("hf", "megatron"),
     ),

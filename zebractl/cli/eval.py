@@ -43,7 +43,9 @@ def eval_(
     ),
     output: Path = typer.Option(
         None,
+        "-o",
         "--output",
+        metavar="DIR",
         help="Write OUTPUT/eval/results.json and OUTPUT/eval/tasks/ (default: the run directory, "
         "or the model folder).",
     ),

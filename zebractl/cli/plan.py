@@ -40,9 +40,20 @@ def plan(
     gpu_memory: float = typer.Option(
         None, "--gpu-memory", metavar="GIB", help="GPU memory to fit into, GiB (implies --fit)."
     ),
+    build: bool = typer.Option(
+        False,
+        "--build",
+        help="Also build the model on the meta device and check its parameter count against the "
+        "plan's (imports torch and megatron-core: seconds).",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout."""
+    """Exact parameter count, resolved pattern, FLOPs/token, tokens, memory/GPU, batch layout.
+
+    Computed from the config alone (the parameter layout of zebractl.layout): nothing heavy is
+    imported and no model is built unless --build asks for the cross-check (or --fit without
+    --gpu-memory asks torch for this GPU's memory).
+    """
 
     from zebractl.config.catalog import reference
     from zebractl.config.errors import ConfigError
@@ -63,7 +74,7 @@ def plan(
                 "--fit needs the GPU's memory: this machine has no CUDA GPU to ask, so give "
                 "--gpu-memory GIB (e.g. 139 for an H200, 79 for an H100 80GB)"
             )
-    report = Plan(r.source, r.run, fit_gib=capacity).report()
+    report = Plan(r.source, r.run, fit_gib=capacity, build=build).report()
     if json_out:
         emit_json(report)
         return
@@ -137,6 +148,16 @@ def _print(doc: PlanReport) -> None:
         f"{mem.total_gib} GiB ({mem.scheme})",
         markup=False,
     )
+    tt = doc.time_to_train
+    if tt.hours is not None:
+        console.print(
+            f"time to train (estimate): {tt.hours:,.1f} h at {_n(tt.tokens_per_s or 0)} tokens/s "
+            f"on {b.num_gpus} x {tt.gpu}, from the measured {tt.measured} ({tt.source}); "
+            f"{tt.note}",
+            markup=False,
+        )
+    else:
+        console.print(f"time to train: no estimate ({tt.note})", markup=False)
     ft = doc.fit
     if ft is not None:
         if ft.micro == 0:

@@ -25,13 +25,16 @@ def prepare(
         help="tokenizer.json (file/folder), GPT-2 vocab+merges folder, "
         "SentencePiece .model, or a Hub id where the Hub is reachable.",
     ),
-    output: Path = typer.Option(None, "--output", "-o", help="Output dataset folder."),
+    output: Path = typer.Option(
+        None, "-o", "--output", metavar="DIR", help="Output dataset folder."
+    ),
     workers: int = typer.Option(
         None, "--workers", help="Tokenizer processes (default: CPU count); one shard each."
     ),
     text_key: str = typer.Option(
         None,
         "--text-key",
+        metavar="KEY",
         help="Field holding the text (chat: the turns). [default: text; messages]",
     ),
     data_format: str = typer.Option(
@@ -43,6 +46,7 @@ def prepare(
     chat_template: str = typer.Option(
         "auto",
         "--chat-template",
+        metavar="TEMPLATE",
         help="chat: the template the turns are rendered with: auto (the tokenizer's own chat "
         "template, else chatml), a built-in name (chatml) or a Jinja file.",
     ),
@@ -74,6 +78,7 @@ def prepare(
     valid_fraction: float = typer.Option(
         0.0,
         "--valid-fraction",
+        metavar="FRACTION",
         help="Fraction of documents (rows with --fla-aligned) held out as a 'valid' split.",
     ),
     skip_bad: bool = typer.Option(

@@ -7,18 +7,22 @@ from pathlib import Path
 import typer
 
 from zebractl.cli._common import CheckFailed, guarded
+from zebractl.cli._examples import epilog
 
 app = typer.Typer(
     help="JSON Schema files for presets, recipes and --json reports.", no_args_is_help=True
 )
 
 
-@app.command("export")
+@app.command("export", epilog=epilog("schema export"))
 @guarded
 def export(
-    out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder to write into."),
+    out: Path = typer.Option(
+        Path("schemas"), "-o", "--output", metavar="DIR", help="Folder to write into."
+    ),
+    out_alias: Path = typer.Option(None, "--out", hidden=True, help="Old spelling of --output."),
     check: bool = typer.Option(
-        False, "--check", help="Write nothing; exit 3 if the files in --out are stale."
+        False, "--check", help="Write nothing; exit 3 if the files in --output are stale."
     ),
 ) -> None:
     """Write schemas/{preset,recipe}.schema.json and schemas/reports/*.schema.json from the models.
@@ -26,6 +30,9 @@ def export(
     A file in schemas/reports/ that no report produces any more is stale too: export removes it.
     """
     from zebractl.schemas.export import REPORTS_DIR, all_schemas, render
+
+    if out_alias is not None:  # 0.1.0 spelled it --out (kept, hidden)
+        out = out_alias
 
     schemas = all_schemas()
     stale = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,6 +19,9 @@ from zebractl.cli._common import (
     stdout_to_stderr,
 )
 from zebractl.deps import require
+
+if TYPE_CHECKING:
+    from zebractl.train.launch import TrainRequest
 
 STOP_HINT = {
     130: "interrupted (SIGINT)",
@@ -35,7 +39,11 @@ def train(
         [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
     ),
     output: Path = typer.Option(
-        None, "--output", "-o", help="Run directory (default: the recipe's output_dir)."
+        None,
+        "-o",
+        "--output",
+        metavar="RUN",
+        help="Run directory (default: the recipe's output_dir).",
     ),
     init_from: Path = typer.Option(
         None,
@@ -55,7 +63,9 @@ def train(
         help="Run every pre-flight check (config, engine, GPUs, data, tokenizer, memory, disk) and "
         "exit without training; what this machine cannot check is listed as not checked.",
     ),
-    nproc: int = typer.Option(None, "--nproc", help="GPUs on this node (starts torchrun)."),
+    nproc: int = typer.Option(
+        None, "--nproc", metavar="N", help="GPUs on this node, at least 1 (starts torchrun)."
+    ),
     slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
     submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
     json_out: bool = typer.Option(
@@ -68,14 +78,14 @@ def train(
     130 / 143 / 138; rerunning the same command resumes.
     """
     require("train")
-    if check:
-        _check(recipe, list(set_), json_out, output)
-        return
     from zebractl.train.launch import TrainRequest, start
 
+    req = TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit, reference)
+    if check:
+        _check(req, json_out)
+        return
     say = err if json_out else print
     with stdout_to_stderr(json_out):  # third-party output must not break the JSON document
-        req = TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit, reference)
         out = start(req, say)
     for line in out.lines:
         say(line)
@@ -124,14 +134,14 @@ def train(
         raise typer.Exit(out.exit_code)
 
 
-def _check(recipe: str, sets: list[str], json_out: bool, output: Path | None) -> None:
-    from zebractl.config.catalog import reference
-    from zebractl.config.resolve import resolve_recipe
-    from zebractl.run.rundir import RunDir
+def _check(req: TrainRequest, json_out: bool) -> None:
     from zebractl.train.check import preflight
+    from zebractl.train.launch import resolve_request
 
-    r = resolve_recipe(reference(recipe), sets)
-    checks = preflight(r.run, RunDir.for_recipe(r.run, r.name, output).checkpoints)
+    recipe = req.recipe
+    # the same validation and resolution as a real train (--nproc, --reference, GPU count, run dir)
+    resolved = resolve_request(req, world=None)
+    checks = preflight(resolved.resolved.run, resolved.run.checkpoints)
     ok = all(c.status != "failed" for c in checks)
     if json_out:
         from zebractl.schemas.reports import PreflightCheck, TrainCheckReport

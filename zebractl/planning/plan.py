@@ -16,6 +16,7 @@ from typing import Any
 
 from zebractl.layout import SUBLAYER_SHAPES, model_shapes, numel
 from zebractl.planning.flops import flops_per_token
+from zebractl.planning.throughput import time_to_train
 from zebractl.schemas.preset import ModelConfig, max_sequence_length
 from zebractl.schemas.recipe import Derived, RunConfig, derive
 from zebractl.schemas.reports import PlanReport
@@ -293,6 +294,9 @@ class Plan:
     recipe: str
     cfg: RunConfig
     fit_gib: float | None = None
+    build: bool = False
+    """Also build the model on the meta device and count its parameters (``parameters.built``):
+    imports torch and megatron-core (seconds), so only on request (``plan --build``)."""
 
     def report(self) -> PlanReport:
         """The typed document of `zebractl plan --json` (:meth:`to_dict`, validated)."""
@@ -303,7 +307,7 @@ class Plan:
         cfg, m = self.cfg, self.cfg.model
         d = derive(cfg)
         params = parameter_report(m)
-        params["built"] = built_parameter_count(m)
+        params["built"] = built_parameter_count(m) if self.build else None
         fl = flops_per_token(m, cfg.data.seq_length)
         limit, why = max_sequence_length(m)
         return {
@@ -351,4 +355,7 @@ class Plan:
             },
             "memory_per_gpu": memory_report(cfg, params["total"], d),
             "fit": fit(cfg, params["total"], self.fit_gib) if self.fit_gib is not None else None,
+            "time_to_train": time_to_train(
+                cfg.preset, cfg.parallelism.num_gpus, fl.training, d.total_tokens
+            ),
         }

@@ -73,7 +73,9 @@ class PlanParameters(StrictModel):
     tensors: int
     """Number of parameter tensors."""
     built: int | None = None
-    """Parameters of the model built on the meta device; null without the runtime installed."""
+    """Parameters of the model built on the meta device (``plan --build``); null without
+    ``--build`` (planning does not build the model: ``total`` comes from zebractl.layout) or
+    without the runtime installed."""
 
 
 class PlanPattern(StrictModel):
@@ -130,6 +132,27 @@ class PlanTokens(StrictModel):
     """Optimizer steps."""
     total: int
     """per_step * iterations."""
+
+
+class PlanTimeToTrain(StrictModel):
+    """Wall time of the run estimated from a measured throughput of the same preset
+    (zebractl.planning.throughput); all null but ``note`` when none was measured."""
+
+    hours: float | None
+    """Estimated hours for all the run's tokens (null: no measurement of this preset)."""
+    tokens_per_s: float | None
+    """Estimated tokens/s of the whole run: measured MFU x the GPU's bf16 peak x GPUs / training
+    FLOPs per token."""
+    gpu: str | None
+    """The GPU the measurement (and so the estimate) is for."""
+    mfu: float | None
+    """Model FLOP utilisation measured (plan FLOPs basis), 0-1."""
+    measured: str | None
+    """What was measured: run, tokens/s, MFU, micro-batch, sequence length."""
+    source: str | None
+    """Where the measurement is recorded."""
+    note: str
+    """The estimate's assumption, or why there is none."""
 
 
 class PlanBatch(StrictModel):
@@ -243,6 +266,8 @@ class PlanReport(Report):
     """Per-GPU memory estimate."""
     fit: PlanFit | None = None
     """--fit: the largest micro-batch that fits (null without --fit)."""
+    time_to_train: PlanTimeToTrain
+    """Wall time estimated from a measured throughput of the same preset, with its source."""
 
 
 # ---- zebractl config show | validate | diff --------------------------------------------------------
@@ -1172,6 +1197,71 @@ class DoctorReport(Report):
     """The CUDA device torch sees (name), or None (no torch, no GPU)."""
 
 
+class EnvGpu(StrictModel):
+    """One GPU of this machine."""
+
+    index: int
+    """Device index (as nvidia-smi or torch numbers it)."""
+    name: str
+    """Device name, e.g. ``NVIDIA H200``."""
+    memory_gib: float | None = None
+    """Total memory, GiB (None: not reported)."""
+    driver: str | None = None
+    """Driver version (nvidia-smi only)."""
+
+
+class EnvPath(StrictModel):
+    """A path zebractl reads or writes, and whether it exists."""
+
+    name: str
+    """What it is, e.g. ``kernel cache`` or ``TRITON_CACHE_DIR``."""
+    path: str
+    """The path (absolute)."""
+    exists: bool
+    """It exists here."""
+    note: str | None = None
+    """Where the setting came from, or what is in it."""
+
+
+class EnvReport(Report):
+    """``zebractl env --json``: the versions, GPUs, caches and paths of this machine, for a bug
+    report."""
+
+    command: ClassVar[str] = "env"
+
+    zebractl: str
+    """zebractl's version."""
+    python: str
+    """Python's version."""
+    python_executable: str
+    """The interpreter running zebractl."""
+    platform: str
+    """Operating system, kernel and architecture (``platform.platform()``)."""
+    versions: dict[str, str | None]
+    """Installed version of each package zebractl's runtime uses (None: not installed); the same
+    list as ``zebractl doctor``."""
+    torch_cuda: str | None = None
+    """The CUDA version torch was built with (None: a CPU build, or no torch)."""
+    cuda_available: bool | None = None
+    """torch sees a CUDA device (None: torch is not importable)."""
+    torch_error: str | None = None
+    """Why torch did not import, in one line (None: it did, or it is not installed)."""
+    gpus: list[EnvGpu]
+    """The GPUs of this machine (empty: none found)."""
+    gpu_source: Literal["nvidia-smi", "torch", "none"]
+    """Where the GPU list came from."""
+    kernel_stacks: list[str]
+    """Kernel cache folders present under the kernel cache (one per GPU/torch/triton/FLA stack)."""
+    shipped_kernel_configs: list[str]
+    """Tuned kernel configuration sets shipped with zebractl (``<stack>.tar.xz``)."""
+    paths: list[EnvPath]
+    """Caches and folders zebractl uses: the kernel cache, Triton's and TileLang's cache folders,
+    the Hugging Face cache, the shipped recipes and presets, the package, the working directory."""
+    environment: dict[str, str]
+    """Environment variables that change zebractl's behaviour (CUDA, NCCL, Triton, Hugging Face,
+    ZEBRACTL_*), as set; never variables whose name holds TOKEN, KEY, SECRET or PASSWORD."""
+
+
 REPORTS: tuple[type[Report], ...] = (
     PlanReport,
     ConfigShowReport,
@@ -1189,5 +1279,6 @@ REPORTS: tuple[type[Report], ...] = (
     CompareReport,
     TrainCheckReport,
     DoctorReport,
+    EnvReport,
 )
 """Every --json document, one per command; each has a JSON Schema in schemas/reports/."""

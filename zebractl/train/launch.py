@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from zebractl.config.errors import ConfigError
 
 if TYPE_CHECKING:
+    from zebractl.config.resolve import Resolved
+    from zebractl.run.rundir import RunDir
     from zebractl.train.trainer import RunResult
 
 REQUEUE_EXIT = 128 + signal.SIGUSR1
@@ -130,29 +132,43 @@ exit "$rc"
 """
 
 
-def start(req: TrainRequest, console=print) -> LaunchOutcome:
-    """Resolve the recipe and train it here, through torchrun, or write (and submit) a Slurm job."""
+@dataclass(frozen=True)
+class ResolvedRequest:
+    """A validated :class:`TrainRequest`: the recipe as the run will see it, and where it goes."""
+
+    resolved: Resolved
+    sets: list[str]
+    """``--set`` overrides as launched (with ``parallelism.num_gpus`` from the GPUs used)."""
+    gpus: int
+    run: RunDir
+
+
+def resolve_request(req: TrainRequest, world: int | None = 1) -> ResolvedRequest:
+    """Validate a train request and resolve its recipe exactly as training will: ``train`` and
+    ``train --check`` both go through here, so they refuse the same things (exit 2).
+
+    ``world`` is the number of processes already launched; None (``train --check``) keeps the
+    recipe's own ``parallelism.num_gpus`` unless ``--nproc`` says how many GPUs the run gets."""
     from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
     from zebractl.run.rundir import RunDir
-    from zebractl.runtime.dist import launched_world
 
-    rank, world = launched_world()
     if req.nproc is not None and req.nproc < 1:
-        raise ConfigError("--nproc must be at least 1")
+        raise ConfigError(f"--nproc {req.nproc}: must be at least 1 (GPUs on this node)")
     slurm = req.slurm or req.submit
     # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
     explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in req.sets)
     ref = reference(req.recipe)
     # (the recipe's own GPU count is validated only where it is used: a Slurm job)
-    gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if slurm else (req.nproc or world)
+    own = slurm or (world is None and req.nproc is None)
+    gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if own else (req.nproc or world)
     sets = req.sets if explicit_gpus else [*req.sets, f"parallelism.num_gpus={gpus}"]
     r = resolve_recipe(ref, sets)
     run = RunDir.for_recipe(r.run, r.name, req.output)
     if req.reference is not None:
-        from zebractl.train import reference as ref
+        from zebractl.train import reference as fla_reference
 
-        ref.check(r.run, req.reference)
+        fla_reference.check(r.run, req.reference)
         # its own directory and checkpoints (never the run it mirrors)
         root = (
             run.root
@@ -160,6 +176,17 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
             else run.root.with_name(f"{run.root.name}-{req.reference}-reference")
         )
         run = RunDir(root)
+    return ResolvedRequest(r, sets, gpus, run)
+
+
+def start(req: TrainRequest, console=print) -> LaunchOutcome:
+    """Resolve the recipe and train it here, through torchrun, or write (and submit) a Slurm job."""
+    from zebractl.runtime.dist import launched_world
+
+    rank, world = launched_world()
+    resolved = resolve_request(req, world)
+    r, sets, gpus, run = resolved.resolved, resolved.sets, resolved.gpus, resolved.run
+    slurm = req.slurm or req.submit
     args = child_args(
         req.recipe,
         sets,
