@@ -61,7 +61,11 @@ def test_ours_against_the_fla_reference_is_at_parity(cli, fast, tmp_path, recipe
         assert (folder / name).stat().st_size > 0, name
     assert (folder / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (folder / "compare.md").read_text()
-    assert "| 1 |" in md and "## Throughput" in md and "None: the same resolved config." in md
+    assert md.startswith("# Parity PASS: ours vs ours-fla-reference (fla)\n\n**PASS**: "), md[:200]
+    assert "| 1 |" in md and "## Throughput" in md and "None: the same resolved config" in md
+    assert "None: each run trained under one resolved config throughout." in md
+    assert rep.config_changes == [] and [s.event for s in rep.a.starts] == ["start"]
+    assert [s.event for s in rep.b.starts] == ["start"] and rep.b.starts[0].iteration == 0
     assert json.loads((folder / "compare.json").read_text()) == json.loads(r.stdout)
     if recipe != "tiny_kda":
         return
@@ -84,6 +88,22 @@ def test_assert_fails_on_a_run_with_another_norm_eps(cli, fast, tmp_path):
     assert "outside tolerance" in r.stderr and "iteration-1" in r.stderr
     rep = _report(r)
     assert not rep.passed
+    # Δ = A - B, relative to B (the seed's "Primus - FLA"), said in the report
+    for x in rep.loss:
+        assert x.delta == pytest.approx(x.a - x.b) and x.delta != 0
+        assert x.delta_pct == pytest.approx(100 * (x.a - x.b) / x.b)
+    assert rep.iteration1_delta == pytest.approx(rep.loss[0].a - rep.loss[0].b)
+    md = Path(rep.files[0]).read_text()
+    assert md.startswith("# Parity FAIL: a vs b\n\n**FAIL**: iteration-1 |Δ loss| "), md[:200]
+    assert "Δ = A − B (positive: A's loss is higher); Δ% = 100 (A − B) / B" in md
+    # the learning rate of each side at each row: the warm-up of 2 then the decay over 6
+    lrs = {r["iteration"]: r["lr"] for r in fast.rows(tmp_path / "a")}
+    assert [x.lr_a for x in rep.loss] == [lrs[x.iteration] for x in rep.loss]
+    assert [x.lr_b for x in rep.loss] == [x.lr_a for x in rep.loss]
+    assert len({x.lr_a for x in rep.loss}) > 1
+    assert "| Δ (A − B) | Δ% (of B) | LR A | LR B |" in md
+    row = next(x for x in rep.loss if x.iteration == 2)
+    assert f"| {row.delta:+.4f} | {row.delta_pct:+.3f} | {row.lr_a:.3e} | {row.lr_b:.3e} |" in md
     (diff,) = rep.differences
     assert diff.key == "model.norm.eps" and diff.b == 0.5 and diff.b_source == "--set"
     assert not diff.must_match
@@ -218,10 +238,11 @@ def test_eval_deltas_in_points_and_their_tolerance(cli, fast, tmp_path):
     assert r.exit_code == 3 and "eval mean |Δ| (points)" in r.stderr, r.output
     rep = _report(r)
     assert [(e.task, e.metric) for e in rep.eval] == [("arc_easy", "acc"), ("arc_easy", "acc_norm")]
-    assert rep.eval[0].a == pytest.approx(40.0) and rep.eval[0].delta_pp == pytest.approx(3.0)
+    assert rep.eval[0].a == pytest.approx(40.0) and rep.eval[0].delta_pp == pytest.approx(-3.0)
     assert rep.eval_mean_abs_pp == pytest.approx(2.0)
     md = Path(rep.files[0]).read_text()
-    assert "## Eval (points)" in md and "| arc_easy | acc | 40.00 | 43.00 | +3.00 |" in md
+    assert "## Eval (points)" in md and "| arc_easy | acc | 40.00 | 43.00 | -3.00 |" in md
+    assert "| task | metric | a | b | Δ (A − B) |" in md
     ok = cli("compare", str(a), str(b), "--assert", "--tolerance", "eval_pp=2.5")
     assert ok.exit_code == 0, ok.output
     # a damaged results file is named
@@ -350,3 +371,138 @@ def test_a_fine_tune_and_its_initial_run_are_a_before_after_pair(cli, fast, tmp_
     (sft / "config.resolved.json").write_text(json.dumps(record))
     r = cli("compare", str(sft), str(base))
     assert r.exit_code == 2 and "batch.global (4 vs 8)" in r.stderr, r.output
+
+
+def _span(ax, label_start):
+    """The y extent, in data units, of the patch whose label starts with ``label_start``."""
+    (artist,) = [p for p in ax.patches if p.get_label().startswith(label_start)]
+    shown = artist.get_transform().transform(artist.get_path().vertices)
+    ys = ax.transData.inverted().transform(shown)[:, 1]
+    return float(ys.min()), float(ys.max())
+
+
+def test_a_resume_with_another_schedule_is_a_config_change_in_the_report(cli, fast, tmp_path):
+    """Issue 30: a run trained 10 iterations, then resumed with 12 (another learning-rate schedule
+    for its first 10). config.resolved.json holds the newest config only, so the report said
+    "Config differences: None". RUN/config.history.jsonl keeps every start; the report names the
+    change, the learning rates show it, and CPU throughput is marked not meaningful."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zebractl.compare import render
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    sets = ("checkpoint.interval=5", "validation={interval: 5, iterations: 1}")
+    with scoped():
+        fast.train("tiny_kda", a, *sets, "schedule.iterations=10")
+    with scoped():
+        fast.train("tiny_kda", a, *sets, "schedule.iterations=12")
+    with scoped():  # complete: a start all the same, with nothing changed
+        fast.train("tiny_kda", a, *sets, "schedule.iterations=12")
+    with scoped():
+        fast.train("tiny_kda", b, *sets, "schedule.iterations=12")
+    lines = [json.loads(x) for x in (a / "config.history.jsonl").read_text().splitlines()]
+    assert [(x["event"], x["iteration"], x["changed"]) for x in lines] == [
+        ("start", 0, []), ("resume", 10, ["schedule.iterations"]), ("resume", 12, [])
+    ]  # fmt: skip
+    assert [x["record"]["config"]["schedule"]["iterations"] for x in lines] == [10, 12, 12]
+    assert all(x["device"] == "cpu" and x["world_size"] == 1 for x in lines)
+    assert len({x["run_id"] for x in lines}) == 3
+    newest = json.loads((a / "config.resolved.json").read_text())
+    assert newest["config"]["schedule"]["iterations"] == 12  # overwritten: the history is not
+
+    r = cli("compare", str(a), str(b), "--tolerance", "last_half_pct=2.5", "--json")
+    assert r.exit_code == 0, r.output
+    rep = _report(r)
+    assert rep.differences == []  # the newest configs are the same ...
+    (change,) = rep.config_changes  # ... but A changed its own at the resume
+    assert (change.side, change.iteration, change.key) == ("a", 10, "schedule.iterations")
+    assert (change.before, change.after, change.after_source) == (10, 12, "--set")
+    assert change.run_id == lines[1]["run_id"]
+    assert [(s.event, s.iteration, s.changed) for s in rep.a.starts] == [
+        ("start", 0, []), ("resume", 10, ["schedule.iterations"]), ("resume", 12, [])
+    ]  # fmt: skip
+    # the learning rates tell the two schedules apart where the losses are compared
+    eight = next(x for x in rep.loss if x.iteration == 8)
+    assert eight.lr_a is not None and eight.lr_b is not None and eight.lr_a < eight.lr_b
+    md = Path(rep.files[0]).read_text()
+    assert md.startswith("# Parity ") and md.splitlines()[2].startswith(("**PASS**", "**FAIL**"))
+    warning = md.splitlines()[4]
+    assert warning.startswith(
+        "**Config changed within a run** (at a resume): A from iteration 10: schedule.iterations "
+        "`10` → `12`."
+    ), md[:600]
+    assert "| A | 10 | schedule.iterations | `10` | `12` | --set | --set |" in md
+    assert "None: the same resolved config (the newest of each run; see the changes" in md
+    assert "resume at iteration 10 on cpu" in md
+    # CPU throughput: kept, marked not meaningful
+    assert rep.a.device == "cpu" and rep.b.device == "cpu"
+    assert not rep.throughput.meaningful and "CPU" in (rep.throughput.note or "")
+    assert rep.throughput.ratio.tokens_per_s is not None
+    assert "**Not meaningful**: a and b trained on a CPU" in md
+    assert "| tokens/s (CPU: not meaningful) |" in md and "| tokens/s/GPU |" not in md
+
+    # loss.png draws the validation losses, delta.png the tolerance band
+    assert [p.iteration for p in rep.curves.val_a] == [5, 10, 12]
+    assert [p.iteration for p in rep.curves.val_b] == [5, 10, 12]
+    val = {x["iteration"]: x["val_loss"] for x in fast.rows(a, "val")}
+    assert [p.loss for p in rep.curves.val_a] == [val[5], val[10], val[12]]
+    fig = render.loss_figure(rep, plt)
+    lines_drawn = {line.get_label(): line for line in fig.axes[0].lines}
+    assert list(lines_drawn["A a (validation)"].get_xdata()) == [5, 10, 12]
+    assert list(lines_drawn["B b (validation)"].get_ydata()) == [p.loss for p in rep.curves.val_b]
+    assert list(lines_drawn["config changed (resume)"].get_xdata()) == [10, 10]
+    plt.close(fig)
+    fig = render.delta_figure(rep, plt)
+    ax = fig.axes[0]
+    assert _span(ax, "tolerance ±2.5%") == pytest.approx((-2.5, 2.5))
+    pct = [100 * (x - y) / y for x, y in zip(rep.curves.a, rep.curves.b, strict=True)]
+    assert list(next(x for x in ax.lines if x.get_label() == "Δ%").get_ydata()) == pct
+    plt.close(fig)
+
+    # the terminal says it too
+    plain = cli("compare", str(a), str(b))
+    assert plain.exit_code == 0, plain.output
+    assert (
+        "config changed within A from iteration 10 (a resume): schedule.iterations 10 -> 12"
+        in plain.stdout
+    )
+    assert "throughput A/B n/a (CPU: not meaningful)" in plain.stdout
+    # the other order: the change is B's
+    rev = _report(cli("compare", str(b), str(a), "--json"))
+    assert [(c.side, c.key) for c in rev.config_changes] == [("b", "schedule.iterations")]
+
+
+def test_a_run_trained_before_the_config_history(cli, fast, tmp_path):
+    """A run directory without config.history.jsonl: compare reads its resolved config as the one
+    known start (a CPU run: no TFLOP/s logged); its next start keeps that config in the history
+    before config.resolved.json is overwritten. A damaged history line is named."""
+    a = tmp_path / "a"
+    sets = ("schedule.iterations=3", "schedule.warmup_iterations=1", "checkpoint.interval=3")
+    with scoped():
+        fast.train("tiny_kda", a, *sets)
+    history = a / "config.history.jsonl"
+    history.unlink()
+    old = json.loads((a / "config.resolved.json").read_text())
+    rep = _report(cli("compare", str(a), str(a), "--json"))
+    assert [(s.event, s.iteration, s.run_id) for s in rep.a.starts] == [("found", None, None)]
+    assert rep.a.device == "cpu" and rep.config_changes == [] and not rep.throughput.meaningful
+    with scoped():
+        fast.train("tiny_kda", a, *sets, "schedule.min_lr=1e-4")
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    assert [(x["event"], x["iteration"]) for x in lines] == [("found", None), ("resume", 3)]
+    assert lines[0]["record"] == old and lines[1]["changed"] == ["schedule.min_lr"]
+    rep = _report(cli("compare", str(a), str(a), "--json"))
+    assert [(c.side, c.iteration, c.key) for c in rep.config_changes] == [
+        ("a", 3, "schedule.min_lr"), ("b", 3, "schedule.min_lr")
+    ]  # fmt: skip
+    # a torn last line (a crash while appending) is skipped; a damaged earlier one is named
+    with history.open("a") as f:
+        f.write('{"event": "resu')
+    assert cli("compare", str(a), str(a)).exit_code == 0
+    history.write_text("{}\n" + "\n".join(json.dumps(x) for x in lines) + "\n")
+    r = cli("compare", str(a), str(a))
+    assert r.exit_code == 2 and "config.history.jsonl:1: not a config history line" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

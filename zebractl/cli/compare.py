@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pydantic stays off the import path of --help and completion
 
 @guarded
 def compare(
-    run_a: Path = typer.Argument(..., help="Run A: the baseline of every delta (our run)."),
+    run_a: Path = typer.Argument(..., help="Run A (our run): every delta is A - B, relative to B."),
     run_b: Path = typer.Argument(None, help="Run B (e.g. the reference run); omit it with --fla."),
     fla: bool = typer.Option(
         False,
@@ -57,9 +57,12 @@ def compare(
     ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Parity report of two runs: loss at iteration 1, powers of two and the last (Δ, Δ%), the
-    last-half mean |Δ%|, validation loss, throughput, eval deltas and every config difference;
-    Markdown, JSON and PNG plots (loss, Δ%, throughput).
+    """Parity report of two runs, PASS or FAIL first: loss and learning rate at iteration 1,
+    powers of two and the last (Δ = A - B, Δ% relative to B), the last-half mean |Δ%|, validation
+    loss, throughput (marked not meaningful when a run trained on a CPU), eval deltas, every config
+    difference between the runs and every config change within a run at a resume
+    (RUN/config.history.jsonl); Markdown, JSON and PNG plots (training and validation loss, Δ% with
+    its tolerance band, throughput).
 
     When one run's init_from is the other (a fine-tune and its initial run, in either order), the
     report is a before/after one instead: each task's eval delta as after - before, the fine-tuned
@@ -142,7 +145,7 @@ def _compare(
         from rich.table import Table
 
         table = Table(title=f"{report.a.label} vs {report.b.label}", title_justify="left")
-        for col in ("iteration", "A", "B", "Δ", "Δ%"):
+        for col in ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B"):
             table.add_column(col, justify="right")
         for x in report.loss:
             table.add_row(
@@ -151,12 +154,22 @@ def _compare(
                 f"{x.b:.4f}",
                 f"{x.delta:+.4f}",
                 f"{x.delta_pct:+.3f}",
+                f"{x.lr_a:.3e}" if x.lr_a is not None else "n/a",
+                f"{x.lr_b:.3e}" if x.lr_b is not None else "n/a",
             )
         Console(width=max(Console().width, 80)).print(table)
         t = report.throughput.ratio.tokens_per_s
+        for c in report.config_changes:
+            print(
+                f"config changed within {c.side.upper()} from iteration {c.iteration} (a resume): "
+                f"{c.key} {c.before!r} -> {c.after!r}"
+            )
+        if not report.throughput.meaningful:
+            t = None
         print(
             f"last-half mean |Δ%| {report.last_half_mean_abs_pct:.3f}; throughput A/B "
             + (f"{t:.3f}" if t is not None else "n/a")
+            + ("" if report.throughput.meaningful else " (CPU: not meaningful)")
             + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
             + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
         )

@@ -13,9 +13,13 @@ def _f(x: float | None, spec: str = ".4f") -> str:
 
 def _throughput(r: Any) -> list[str]:
     a, b, t = r.a.label, r.b.label, r.throughput
-    out = ["## Throughput", "", f"| | {a} | {b} | A / B |", "|---|---:|---:|---:|"]
+    out = ["## Throughput", ""]
+    if not t.meaningful:
+        out += [f"**Not meaningful**: {t.note}.", ""]
+    out += [f"| | {a} | {b} | A / B |", "|---|---:|---:|---:|"]
+    tokens = "tokens/s/GPU" if t.meaningful else "tokens/s (CPU: not meaningful)"
     for key, name, spec in (
-        ("tokens_per_s", "tokens/s/GPU", ",.0f"),
+        ("tokens_per_s", tokens, ",.0f"),
         ("tflops_per_gpu", "TFLOP/s/GPU", ".1f"),
         ("mfu", "MFU", ".3f"),
         ("memory_gib", "peak memory (GiB)", ".1f"),
@@ -28,7 +32,7 @@ def _throughput(r: Any) -> list[str]:
 
 
 def _differences(r: Any, *, tag_must_match: bool = True) -> list[str]:
-    out = ["", "## Config differences", ""]
+    out = ["", "## Config differences between the runs", ""]
     if r.differences:
         out += ["| key | A | B | A from | B from |", "|---|---|---|---|---|"]
         out += [
@@ -37,7 +41,10 @@ def _differences(r: Any, *, tag_must_match: bool = True) -> list[str]:
             for d in r.differences
         ]
     else:
-        out.append("None: the same resolved config.")
+        out.append(
+            "None: the same resolved config (the newest of each run"
+            + ("; see the changes within a run below)." if r.config_changes else ").")
+        )
     return out
 
 
@@ -115,40 +122,103 @@ def _finetune_markdown(r: Any) -> str:
     ]
     out += _throughput(r)
     out += _differences(r, tag_must_match=False)
+    out += _changes(r)
     return "\n".join(out) + "\n"
 
 
+def _starts(s: Any) -> str:
+    parts = []
+    for x in s.starts:
+        if x.event == "found":
+            parts.append(
+                f"its resolved config of {x.created} (trained before the history was kept)"
+            )
+        else:
+            parts.append(f"{x.event} at iteration {x.iteration} on {x.device} (`{x.run_id}`)")
+    return "; ".join(parts) or "none recorded"
+
+
+def _changes(r: Any) -> list[str]:
+    """The values that changed within a run, at a resume."""
+    out = ["", "## Config changes within a run", ""]
+    if r.config_changes:
+        out += [
+            "| run | from iteration | key | before | after | before from | after from |",
+            "|---|---:|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {c.side.upper()} | {_f(c.iteration, 'd')} | {c.key} | `{c.before}` | `{c.after}` | "
+            f"{c.before_source} | {c.after_source} |"
+            for c in r.config_changes
+        ]
+    else:
+        out.append("None: each run trained under one resolved config throughout.")
+    out += ["", f"- A's sessions: {_starts(r.a)}", f"- B's sessions: {_starts(r.b)}"]
+    return out
+
+
+def _changed_warning(r: Any) -> list[str]:
+    if not r.config_changes:
+        return []
+    said = "; ".join(
+        f"{c.side.upper()} from iteration {_f(c.iteration, 'd')}: {c.key} `{c.before}` → "
+        f"`{c.after}`"
+        for c in r.config_changes
+    )
+    return [
+        f"**Config changed within a run** (at a resume): {said}. Its curve was not trained under "
+        'one config; see "Config changes within a run".',
+        "",
+    ]
+
+
+def verdict_word(r: Any) -> str:
+    """PASS, FAIL, or what a report without checks is."""
+    if not r.checks:
+        return "NOTHING TO CHECK"
+    return "PASS" if r.passed else "FAIL"
+
+
 def markdown(r: Any) -> str:
-    """The report as Markdown (tables like the seed's)."""
+    """The report as Markdown (tables like the seed's): the verdict first."""
     if r.kind == "finetune":
         return _finetune_markdown(r)
     a, b = r.a.label, r.b.label
+    word = verdict_word(r)
+    bounds = "; ".join(
+        f"{c.what} {c.value:.3g} {'<=' if c.ok else '>'} {c.tolerance:.3g}" for c in r.checks
+    )
     out = [
-        f"# Parity: {a} vs {b}",
+        f"# Parity {word}: {a} vs {b}",
         "",
-        f"- A: `{r.a.run}` ({r.a.iterations} iterations)",
-        f"- B: `{r.b.run}` ({r.b.iterations} iterations)",
+        f"**{word}**" + (f": {bounds}" if bounds else ": no common iteration to check"),
+        "",
+        *_changed_warning(r),
+        f"- A: `{r.a.run}` ({r.a.iterations} iterations, on {r.a.device or 'a device not recorded'})",
+        f"- B: `{r.b.run}` ({r.b.iterations} iterations, on {r.b.device or 'a device not recorded'})",
+        "- Δ = A − B (positive: A's loss is higher); Δ% = 100 (A − B) / B, relative to B",
         f"- iteration-1 Δ loss: {_f(r.iteration1_delta, '+.6f')}; last-half mean |Δ%|: "
         f"{_f(r.last_half_mean_abs_pct, '.3f')}",
         "",
         "## Loss",
         "",
-        f"| iteration | {a} | {b} | Δ | Δ% |",
-        "|---:|---:|---:|---:|---:|",
+        f"| iteration | {a} | {b} | Δ (A − B) | Δ% (of B) | LR A | LR B |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     out += [
-        f"| {x.iteration} | {x.a:.4f} | {x.b:.4f} | {x.delta:+.4f} | {x.delta_pct:+.3f} |"
+        f"| {x.iteration} | {x.a:.4f} | {x.b:.4f} | {x.delta:+.4f} | {x.delta_pct:+.3f} | "
+        f"{_f(x.lr_a, '.3e')} | {_f(x.lr_b, '.3e')} |"
         for x in r.loss
     ]
     v = r.val_loss
-    out += ["", f"Validation loss: A {_f(v.a)}, B {_f(v.b)}, Δ {_f(v.delta, '+.4f')}", ""]
+    out += ["", f"Validation loss: A {_f(v.a)}, B {_f(v.b)}, Δ (A − B) {_f(v.delta, '+.4f')}", ""]
     out += _throughput(r)
     if r.eval:
         out += [
             "",
             "## Eval (points)",
             "",
-            f"| task | metric | {a} | {b} | Δ |",
+            f"| task | metric | {a} | {b} | Δ (A − B) |",
             "|---|---|---:|---:|---:|",
         ]
         out += [
@@ -156,6 +226,7 @@ def markdown(r: Any) -> str:
         ]
         out += ["", f"Mean |Δ|: {_f(r.eval_mean_abs_pp, '.2f')} points"]
     out += _differences(r)
+    out += _changes(r)
     if r.checks:
         out += [
             "",
@@ -175,7 +246,11 @@ def _throughput_plot(r: Any, folder: Path, plt: Any) -> Path:
     fig, ax = plt.subplots(figsize=(4, 3))
     vals = [r.throughput.a.tokens_per_s or 0.0, r.throughput.b.tokens_per_s or 0.0]
     ax.bar([r.a.label, r.b.label], vals)
-    ax.set(ylabel="tokens/s/GPU", title="Throughput")
+    meaningful = r.throughput.meaningful
+    ax.set(
+        ylabel="tokens/s/GPU" if meaningful else "tokens/s",
+        title="Throughput" if meaningful else "Throughput (CPU: not meaningful)",
+    )
     path = folder / "throughput.png"
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -211,27 +286,54 @@ def plots(r: Any, folder: Path) -> list[Path]:
     if r.kind == "finetune":
         return _finetune_plots(r, folder, plt)
     files = []
-    c = r.curves
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(c.iterations, c.a, label=r.a.label)
-    ax.plot(c.iterations, c.b, label=r.b.label, linestyle="--")
-    ax.set(xlabel="iteration", ylabel="training loss", title="Loss")
-    ax.legend()
-    files.append(folder / "loss.png")
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 3))
-    pct = [100 * (y - x) / x for x, y in zip(c.a, c.b, strict=True)]
-    ax.plot(c.iterations, pct)
-    ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.set(xlabel="iteration", ylabel="Δ% (B - A)", title="Loss difference")
-    files.append(folder / "delta.png")
-    fig.savefig(files[-1], dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
+    for name, make in (("loss.png", loss_figure), ("delta.png", delta_figure)):
+        fig = make(r, plt)
+        files.append(folder / name)
+        fig.savefig(files[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
     files.append(_throughput_plot(r, folder, plt))
     return files
+
+
+def loss_figure(r: Any, plt: Any) -> Any:
+    """loss.png: both training curves, each run's validation losses as markers, and a dotted line
+    at each resume that changed a run's config."""
+    c = r.curves
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(c.iterations, c.a, label=f"A {r.a.label} (training)")
+    ax.plot(c.iterations, c.b, label=f"B {r.b.label} (training)", linestyle="--")
+    for side, points, marker in (("A", c.val_a, "o"), ("B", c.val_b, "s")):
+        label = r.a.label if side == "A" else r.b.label
+        if points:
+            ax.plot([p.iteration for p in points], [p.loss for p in points], marker,
+                    linestyle=":", label=f"{side} {label} (validation)")  # fmt: skip
+    for at in sorted({x.iteration for x in r.config_changes if x.iteration is not None}):
+        ax.axvline(at, color="red", linestyle=":", linewidth=1.0, label="config changed (resume)")
+    ax.set(xlabel="iteration", ylabel="loss", title="Loss")
+    handles, labels = ax.get_legend_handles_labels()
+    keep = dict(zip(labels, handles, strict=True))  # one entry per label
+    ax.legend(keep.values(), keep.keys())
+    return fig
+
+
+def delta_figure(r: Any, plt: Any) -> Any:
+    """delta.png: Δ% = 100 (A - B) / B, the tolerance band of the last-half check (±its bound)
+    and where its last half begins."""
+    c = r.curves
+    fig, ax = plt.subplots(figsize=(7, 3))
+    pct = [100 * (x - y) / y for x, y in zip(c.a, c.b, strict=True)]
+    tol = next((x for x in r.checks if x.name == "last_half_pct"), None)
+    if tol is not None:
+        ax.axhspan(-tol.tolerance, tol.tolerance, color="tab:green", alpha=0.15,
+                   label=f"tolerance ±{tol.tolerance:g}% (last-half mean |Δ%|)")  # fmt: skip
+    if c.iterations:
+        ax.axvline(c.iterations[-1] / 2, color="grey", linestyle=":", linewidth=1.0,
+                   label="last half begins")  # fmt: skip
+    ax.plot(c.iterations, pct, label="Δ%")
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set(xlabel="iteration", ylabel="Δ% = 100 (A − B) / B", title="Loss difference, A − B")
+    ax.legend()
+    return fig
 
 
 def write(r: Any, folder: Path) -> Any:

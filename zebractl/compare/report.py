@@ -1,13 +1,16 @@
 """`zebractl compare RUN_A RUN_B`: a parity report of two runs, the kind the seed assembles by hand.
 
-Loss at the seed's kind of checkpoints (iteration 1, then powers of two, then the last), absolute
-and relative difference (B - A, relative to A), the mean |Δ%| over the last half of the common
-iterations and the final validation losses; throughput side by side (tokens/s/GPU, TFLOP/s, MFU,
-peak memory: means over the logged rows after the first, which holds the warm-up); and, when both
-runs have ``eval/results.json`` (`zebractl eval`), each task's seed metrics in points and their
-mean |Δ|. Every resolved-config difference is listed with where each side's value came from; runs
-that differ in their data, tokenizer, sequence length or global batch are refused unless
-``force`` (the comparison would not be apples to apples).
+Loss at the seed's kind of checkpoints (iteration 1, then powers of two, then the last), with
+each run's learning rate there, absolute and relative difference (Δ = A - B, relative to B: the
+seed's "Primus - FLA"), the mean |Δ%| over the last half of the common iterations and the final
+validation losses; throughput side by side (tokens/s/GPU, TFLOP/s, MFU, peak memory: means over the
+logged rows after the first, which holds the warm-up; marked not meaningful when either run trained
+on a CPU); and, when both runs have ``eval/results.json`` (`zebractl eval`), each task's seed
+metrics in points and their mean |Δ|. Every difference between the runs' resolved configs is listed
+with where each side's value came from, and so is every value that changed within a run at a resume
+(``RUN/config.history.jsonl``: ``config.resolved.json`` holds only the newest); runs that differ in
+their data, tokenizer, sequence length or global batch are refused unless ``force`` (the comparison
+would not be apples to apples).
 
 :func:`checks` turns the tolerances into pass/fail rows (``compare --assert``: exit 3).
 
@@ -51,6 +54,7 @@ class Run:
     val: list[Any]  # ValRow
     eval: Any  # EvalReport | None
     init: Any = None  # InitRecord | None: RUN/init.json
+    history: list[Any] | None = None  # ConfigHistoryEntry: RUN/config.history.jsonl (or found)
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -101,7 +105,99 @@ def open_run(path: Path) -> Run:
             first = first_line(exc)
             raise ConfigError(f"{results}: not a zebractl eval report ({first})") from None
     label = f"{path.name}" + (f" ({record.reference})" if record.reference else "")
-    return Run(path, label, record, train, val, ev, run.read_init())
+    history = run.read_config_history()
+    if not history:  # trained before zebractl kept a history: its resolved config is all we know
+        from zebractl.run.records import ConfigHistoryEntry
+
+        history = [
+            ConfigHistoryEntry(
+                event="found", iteration=None, run_id=None, device=None, world_size=None,
+                changed=[], created=record.created, record=record,
+            )
+        ]  # fmt: skip
+    return Run(path, label, record, train, val, ev, run.read_init(), history)
+
+
+def _ignored(key: str) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in IGNORED)
+
+
+def config_changes(run: Run, side: str) -> list[dict[str, Any]]:
+    """Every resolved value that changed within ``run`` from one start to the next (output paths
+    excluded), at the iteration the changed session started from."""
+    out: list[dict[str, Any]] = []
+    history = run.history or []
+    for prev, cur in zip(history, history[1:], strict=False):
+        fp, fc = _flat(prev.record.config), _flat(cur.record.config)
+        for k in sorted(set(fp) | set(fc)):
+            if _ignored(k) or fp.get(k) == fc.get(k):
+                continue
+            out.append(
+                {
+                    "side": side,
+                    "iteration": cur.iteration,
+                    "run_id": cur.run_id,
+                    "key": k,
+                    "before": fp.get(k),
+                    "after": fc.get(k),
+                    "before_source": prev.record.provenance.get(k, "default"),
+                    "after_source": cur.record.provenance.get(k, "default"),
+                }
+            )
+    return out
+
+
+def device(run: Run) -> str | None:
+    """What the run trained on (its newest start); for a run without a history, ``cpu`` when no
+    row logged TFLOP/s (CUDA only), else unknown."""
+    recorded = (run.history or [None])[-1]
+    if recorded is not None and recorded.device is not None:
+        return recorded.device
+    return "cpu" if all(r.tflops_per_gpu is None for r in run.train) else None
+
+
+def side(run: Run) -> dict[str, Any]:
+    """One side of the report: the run, its device and its starts."""
+    return {
+        "run": str(run.root),
+        "label": run.label,
+        "reference": run.record.reference,
+        "iterations": run.train[-1].iteration,
+        "device": device(run),
+        "starts": [
+            {"event": h.event, "iteration": h.iteration, "run_id": h.run_id, "device": h.device,
+             "created": h.created, "changed": h.changed}
+            for h in run.history or []
+        ],
+    }  # fmt: skip
+
+
+def on_cpu(run: Run) -> bool:
+    """Whether any of the run's sessions trained on a CPU (its rows are averaged together); for a
+    run without a recorded device, whether no row logged TFLOP/s (CUDA only)."""
+    recorded = [h.device for h in run.history or [] if h.device is not None]
+    if recorded:
+        return any(d.startswith("cpu") for d in recorded)
+    return all(r.tflops_per_gpu is None for r in run.train)
+
+
+def throughput(a: Run, b: Run) -> dict[str, Any]:
+    """Speed side by side; not meaningful when either run trained on a CPU."""
+    ta, tb = _throughput(a.train), _throughput(b.train)
+    cpu = [r.label for r in (a, b) if on_cpu(r)]
+    note = None
+    if cpu:
+        note = (
+            f"{' and '.join(cpu)} trained on a CPU: tokens/s on a CPU say nothing of GPU "
+            "throughput, so the ratio is not meaningful"
+        )
+    return {
+        "a": ta,
+        "b": tb,
+        "ratio": {k: _ratio(ta[k], tb[k]) for k in ta},
+        "meaningful": not cpu,
+        "note": note,
+    }
 
 
 def initial_run(run: Run) -> tuple[Path, dict[str, Any]] | None:
@@ -159,7 +255,7 @@ def differences(a: Run, b: Run) -> list[dict[str, Any]]:
     fa, fb = _flat(a.record.config), _flat(b.record.config)
     out = []
     for k in sorted(set(fa) | set(fb)):
-        if any(k == p or k.startswith(p + ".") for p in IGNORED):
+        if _ignored(k):
             continue
         if fa.get(k) != fb.get(k):
             out.append(
@@ -205,6 +301,17 @@ def _throughput(rows: list[Any]) -> dict[str, float | None]:
     }
 
 
+def _val_points(run: Run) -> list[dict[str, Any]]:
+    """The finite validation losses, one per iteration (the newest: a restart of a complete run
+    evaluates its last iteration again)."""
+    last = {r.iteration: r.val_loss for r in run.val}
+    return [
+        {"iteration": i, "loss": v}
+        for i, v in sorted(last.items())
+        if v is not None and math.isfinite(v)
+    ]
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b is not None and b != 0 else None
 
@@ -222,7 +329,7 @@ def _eval_rows(a: Run, b: Run) -> list[dict[str, Any]]:
             if ma is None or mb is None or ma.value is None or mb.value is None:
                 continue
             pa, pb = 100 * ma.value, 100 * mb.value
-            rows.append({"task": t.task, "metric": metric, "a": pa, "b": pb, "delta_pp": pb - pa})
+            rows.append({"task": t.task, "metric": metric, "a": pa, "b": pb, "delta_pp": pa - pb})
     return rows
 
 
@@ -340,25 +447,24 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
     a, b = open_run(a_path), open_run(b_path)
     diffs = differences(a, b)
     rel = relation(a, b)
+    changes = config_changes(a, "a") + config_changes(b, "b")
     if rel is not None:
-        ta, tb = _throughput(a.train), _throughput(b.train)
         va = a.val[-1].val_loss if a.val else None
         vb = b.val[-1].val_loss if b.val else None
         return {
             "kind": "finetune",
-            "a": {"run": str(a.root), "label": a.label, "reference": a.record.reference,
-                  "iterations": a.train[-1].iteration},
-            "b": {"run": str(b.root), "label": b.label, "reference": b.record.reference,
-                  "iterations": b.train[-1].iteration},
+            "a": side(a),
+            "b": side(b),
             "loss": [],
-            "curves": {"iterations": [], "a": [], "b": []},
+            "curves": {"iterations": [], "a": [], "b": [], "val_a": [], "val_b": []},
             "iteration1_delta": None,
             "last_half_mean_abs_pct": None,
             "val_loss": {"a": va, "b": vb, "delta": None},  # each on its own held-out data
-            "throughput": {"a": ta, "b": tb, "ratio": {k: _ratio(ta[k], tb[k]) for k in ta}},
+            "throughput": throughput(a, b),
             "eval": [],
             "eval_mean_abs_pp": None,
             "differences": diffs,
+            "config_changes": changes,
             "forced": False,
             "finetune": finetune(a, b, rel),
         }  # fmt: skip
@@ -371,6 +477,8 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
         )
     la = {r.iteration: r.loss for r in a.train}
     lb = {r.iteration: r.loss for r in b.train}
+    lra = {r.iteration: r.lr for r in a.train}
+    lrb = {r.iteration: r.lr for r in b.train}
     common = sorted(set(la) & set(lb))
     if not common:
         raise ConfigError(f"{a.root} and {b.root} logged no common iteration")
@@ -378,35 +486,31 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
     rows = []
     for i in checkpoints(common):
         if i in la and i in lb:
-            d = lb[i] - la[i]
+            d = la[i] - lb[i]  # Δ = A - B, relative to B
             rows.append(
-                {"iteration": i, "a": la[i], "b": lb[i], "delta": d, "delta_pct": 100 * d / la[i]}
-            )
+                {"iteration": i, "a": la[i], "b": lb[i], "delta": d, "delta_pct": 100 * d / lb[i],
+                 "lr_a": lra[i], "lr_b": lrb[i]}
+            )  # fmt: skip
     half = [i for i in common if i > last / 2] or [last]
-    last_half = _mean([abs(100 * (lb[i] - la[i]) / la[i]) for i in half])
+    last_half = _mean([abs(100 * (la[i] - lb[i]) / lb[i]) for i in half])
     va = a.val[-1].val_loss if a.val else None
     vb = b.val[-1].val_loss if b.val else None
-    ta, tb = _throughput(a.train), _throughput(b.train)
     ev = _eval_rows(a, b)
     return {
         "kind": "parity",
-        "a": {"run": str(a.root), "label": a.label, "reference": a.record.reference,
-              "iterations": a.train[-1].iteration},
-        "b": {"run": str(b.root), "label": b.label, "reference": b.record.reference,
-              "iterations": b.train[-1].iteration},
+        "a": side(a),
+        "b": side(b),
         "loss": rows,
-        "curves": {"iterations": common, "a": [la[i] for i in common], "b": [lb[i] for i in common]},
-        "iteration1_delta": (lb[1] - la[1]) if 1 in la and 1 in lb else None,
+        "curves": {"iterations": common, "a": [la[i] for i in common], "b": [lb[i] for i in common],
+                   "val_a": _val_points(a), "val_b": _val_points(b)},
+        "iteration1_delta": (la[1] - lb[1]) if 1 in la and 1 in lb else None,
         "last_half_mean_abs_pct": last_half,
-        "val_loss": {"a": va, "b": vb, "delta": vb - va if va is not None and vb is not None else None},
-        "throughput": {
-            "a": ta,
-            "b": tb,
-            "ratio": {k: _ratio(ta[k], tb[k]) for k in ta},
-        },
+        "val_loss": {"a": va, "b": vb, "delta": va - vb if va is not None and vb is not None else None},
+        "throughput": throughput(a, b),
         "eval": ev,
         "eval_mean_abs_pp": _mean([abs(r["delta_pp"]) for r in ev]) if ev else None,
         "differences": diffs,
+        "config_changes": changes,
         "forced": bool(blocking),
         "finetune": None,
     }  # fmt: skip

@@ -4,6 +4,7 @@ from zebractl.run.checkpoint import Checkpoint, DamagedCheckpoint, load_weights
 from zebractl.run.metrics import MetricsReader, MetricsWriter
 from zebractl.run.records import (
     CheckpointMarker,
+    ConfigHistoryEntry,
     InitRecord,
     ResolvedConfigRecord,
     TrainRow,
@@ -14,6 +15,7 @@ from zebractl.run.rundir import RunDir
 __all__ = [
     "Checkpoint",
     "CheckpointMarker",
+    "ConfigHistoryEntry",
     "DamagedCheckpoint",
     "InitRecord",
     "MetricsReader",

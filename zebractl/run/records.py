@@ -83,6 +83,34 @@ class InitRecord(StrictModel):
     """UTC time the weights were loaded (ISO 8601)."""
 
 
+class ConfigHistoryEntry(StrictModel):
+    """One line of ``RUN/config.history.jsonl``: the resolved config one training session started
+    (or resumed) with. Appended at every start, never rewritten: ``config.resolved.json`` holds the
+    newest config only, so a resume with changed settings (more iterations: another learning-rate
+    schedule) is known from here."""
+
+    schema_version: Literal[1] = 1
+    """Version of this line's layout."""
+    event: Literal["start", "resume", "found"]
+    """start: from iteration 0 (fresh or ``init_from`` weights); resume: from a checkpoint; found:
+    the config of a run directory written before zebractl kept this history (recorded at its first
+    later start; the iteration it started from is unknown)."""
+    iteration: int | None = Field(ge=0)
+    """The iteration the session started from (null for ``found``)."""
+    run_id: str | None
+    """The training session (null for ``found``)."""
+    device: str | None
+    """What it trained on: ``cpu`` or ``cuda (GPU NAME)`` (null for ``found``)."""
+    world_size: int | None = Field(gt=0)
+    """Processes (null for ``found``)."""
+    changed: list[str]
+    """Dotted keys whose value differs from the previous line's config (empty for the first)."""
+    created: str
+    """UTC time the line was written (ISO 8601)."""
+    record: ResolvedConfigRecord
+    """The resolved config, with provenance, as ``config.resolved.json`` held it."""
+
+
 class FileRecord(StrictModel):
     """One file of a checkpoint folder, as it was when the checkpoint completed."""
 

@@ -2,7 +2,8 @@
 
 ::
 
-    RUN/config.resolved.json        ResolvedConfigRecord (values + provenance)
+    RUN/config.resolved.json        ResolvedConfigRecord (values + provenance) of the newest start
+    RUN/config.history.jsonl        ConfigHistoryEntry: every start and resume's config, appended
     RUN/metrics.jsonl               TrainRow / ValRow, one JSON object per line
     RUN/init.json                   InitRecord: the weights it started from (init_from), if any
     RUN/tensorboard/                TensorBoard event files (train/*, val/*)
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from zebractl.config.errors import DISK_ERRNOS, ConfigError
-from zebractl.run.records import InitRecord, ResolvedConfigRecord
+from zebractl.run.records import ConfigHistoryEntry, InitRecord, ResolvedConfigRecord
 
 if TYPE_CHECKING:
     from zebractl.schemas.recipe import RunConfig
@@ -51,6 +52,7 @@ class RunDir:
     CONFIG = "config.resolved.json"
     METRICS = "metrics.jsonl"
     INIT = "init.json"
+    HISTORY = "config.history.jsonl"
 
     def __init__(self, root: Path, checkpoints: Path | None = None) -> None:
         self.root = Path(root)
@@ -68,6 +70,11 @@ class RunDir:
     def config_path(self) -> Path:
         """The resolved config with provenance."""
         return self.root / self.CONFIG
+
+    @property
+    def history_path(self) -> Path:
+        """Every start's resolved config, one JSON line each (never rewritten)."""
+        return self.root / self.HISTORY
 
     @property
     def init_path(self) -> Path:
@@ -122,8 +129,78 @@ class RunDir:
             raise ConfigError(f"{self.root}: cannot create the run directory: {exc}") from None
 
     def write_config(self, record: ResolvedConfigRecord) -> None:
-        """Write the resolved config (atomically)."""
+        """Write the resolved config (atomically). The config it replaces in a run directory
+        without a history (written before zebractl kept one) is first kept in the history, as a
+        ``found`` line: a resume never loses what the run was trained with."""
+        if self.config_path.is_file() and not self.history_path.is_file():
+            try:
+                old = ResolvedConfigRecord.model_validate_json(self.config_path.read_bytes())
+            except (OSError, ValidationError):
+                old = None  # unreadable: nothing to keep (the trainer's note names it)
+            if old is not None:
+                self._append_history(
+                    ConfigHistoryEntry(
+                        event="found", iteration=None, run_id=None, device=None,
+                        world_size=None, changed=[], created=utc_now(), record=old,
+                    )
+                )  # fmt: skip
         write_text_atomic(self.config_path, record.model_dump_json(indent=2) + "\n")
+
+    def record_start(
+        self,
+        record: ResolvedConfigRecord,
+        *,
+        iteration: int,
+        resumed: bool,
+        run_id: str,
+        device: str,
+        world_size: int,
+    ) -> ConfigHistoryEntry:
+        """Append the config a training session starts (``resumed``: from a checkpoint of
+        ``iteration``) with to ``config.history.jsonl``, with the keys changed since the previous
+        line; returns the line."""
+        history = self.read_config_history()
+        changed = sorted(_diff(history[-1].record.config, record.config)) if history else []
+        entry = ConfigHistoryEntry(
+            event="resume" if resumed else "start",
+            iteration=iteration,
+            run_id=run_id,
+            device=device,
+            world_size=world_size,
+            changed=changed,
+            created=utc_now(),
+            record=record,
+        )
+        self._append_history(entry)
+        return entry
+
+    def _append_history(self, entry: ConfigHistoryEntry) -> None:
+        with self.history_path.open("a", encoding="utf-8") as f:
+            f.write(entry.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_config_history(self) -> list[ConfigHistoryEntry]:
+        """Every line of ``config.history.jsonl``, oldest first (empty: no history, a run trained
+        before zebractl kept one). A torn last line (a crash while appending) is skipped; any other
+        damaged line is an error naming it."""
+        path = self.history_path
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(ConfigHistoryEntry.model_validate_json(line))
+            except ValidationError as exc:
+                if n == len(lines):
+                    break
+                first = str(exc).splitlines()[0]
+                raise ConfigError(f"{path}:{n}: not a config history line ({first})") from None
+        return out
 
     def read_config(self) -> ResolvedConfigRecord:
         """The resolved config this run was started with."""

@@ -877,6 +877,46 @@ class EvalReport(Report):
 # ---- zebractl compare ------------------------------------------------------------------------------
 
 
+class CompareStart(StrictModel):
+    """One training session of a run: the iteration it started from and what changed."""
+
+    event: Literal["start", "resume", "found"]
+    """start (iteration 0), resume (from a checkpoint), found (the config of a run trained before
+    the history was kept: where it started is unknown)."""
+    iteration: int | None
+    """The iteration the session started from (null for found)."""
+    run_id: str | None
+    """The training session (its metrics rows carry the same run_id)."""
+    device: str | None
+    """cpu or cuda (GPU NAME) (null for found)."""
+    created: str
+    """When the session started (UTC, ISO 8601)."""
+    changed: list[str]
+    """Resolved keys changed since the previous session (output paths included)."""
+
+
+class CompareConfigChange(StrictModel):
+    """A resolved-config value that changed within one run, at a resume."""
+
+    side: Literal["a", "b"]
+    """The run."""
+    iteration: int | None
+    """The iteration of the session that changed it: the steps from here on trained with ``after``
+    (null: unknown)."""
+    run_id: str | None
+    """That session."""
+    key: str
+    """Dotted key."""
+    before: JsonValue
+    """The value of the previous session."""
+    after: JsonValue
+    """The value from ``iteration`` on."""
+    before_source: str
+    """Where the previous value came from (default, FILE:LINE, --set)."""
+    after_source: str
+    """Where the new one came from."""
+
+
 class CompareSide(StrictModel):
     """One run of a comparison."""
 
@@ -888,6 +928,13 @@ class CompareSide(StrictModel):
     """fla for a `train --reference fla` run, else null (zebractl's model)."""
     iterations: int
     """Its last logged iteration."""
+    device: str | None
+    """What it trained on (its newest start): ``cpu`` or ``cuda (GPU NAME)``; for a run without
+    ``config.history.jsonl`` (trained before zebractl kept one), ``cpu`` when no row logged
+    TFLOP/s (logged on CUDA only), else null."""
+    starts: list[CompareStart]
+    """Each start and resume of the run (``RUN/config.history.jsonl``), oldest first; one ``found``
+    entry (the resolved config) for a run trained before zebractl kept that history."""
 
 
 class CompareLossRow(StrictModel):
@@ -900,13 +947,26 @@ class CompareLossRow(StrictModel):
     b: FiniteFloat
     """Run B's loss."""
     delta: FiniteFloat
-    """b - a."""
+    """a - b (A above B: positive)."""
     delta_pct: FiniteFloat
-    """100 (b - a) / a."""
+    """100 (a - b) / b: A relative to B (the seed's "Primus - FLA" against FLA)."""
+    lr_a: FiniteFloat | None
+    """Run A's learning rate of that iteration's update (null: not logged at that iteration)."""
+    lr_b: FiniteFloat | None
+    """Run B's."""
+
+
+class CompareLossPoint(StrictModel):
+    """One logged loss (training or validation) of one run."""
+
+    iteration: int
+    """Iteration."""
+    loss: FiniteFloat
+    """Loss (nats per token; with data.format chat, over the assistant tokens only)."""
 
 
 class CompareCurves(StrictModel):
-    """Both loss curves on their common iterations."""
+    """Both loss curves on their common iterations, and each run's validation losses."""
 
     iterations: list[int]
     """Common logged iterations."""
@@ -914,6 +974,10 @@ class CompareCurves(StrictModel):
     """Run A's losses."""
     b: list[FiniteFloat]
     """Run B's losses."""
+    val_a: list[CompareLossPoint]
+    """Run A's validation losses (finite ones; empty for a fine-tune pair)."""
+    val_b: list[CompareLossPoint]
+    """Run B's."""
 
 
 class CompareValLoss(StrictModel):
@@ -924,7 +988,7 @@ class CompareValLoss(StrictModel):
     b: FiniteFloat | None
     """Run B's."""
     delta: FiniteFloat | None
-    """b - a."""
+    """a - b."""
 
 
 class CompareThroughputSide(StrictModel):
@@ -949,6 +1013,11 @@ class CompareThroughput(StrictModel):
     """Run B."""
     ratio: CompareThroughputSide
     """a / b of each."""
+    meaningful: bool
+    """false when either run trained on a CPU: its tokens/s say nothing of the GPU speed a
+    parity report is about (the numbers are kept, marked not meaningful)."""
+    note: str | None
+    """Why not meaningful (null when meaningful)."""
 
 
 class CompareEvalRow(StrictModel):
@@ -963,7 +1032,7 @@ class CompareEvalRow(StrictModel):
     b: FiniteFloat
     """Run B, in points."""
     delta_pp: FiniteFloat
-    """b - a in points."""
+    """a - b in points."""
 
 
 class CompareDifference(StrictModel):
@@ -996,15 +1065,6 @@ class CompareCheck(StrictModel):
     """Its bound."""
     ok: bool
     """value <= tolerance."""
-
-
-class CompareLossPoint(StrictModel):
-    """One logged loss of the fine-tuned run."""
-
-    iteration: int
-    """Iteration."""
-    loss: FiniteFloat
-    """Loss (nats per token; with data.format chat, over the assistant tokens only)."""
 
 
 class CompareFinetuneEvalRow(StrictModel):
@@ -1089,7 +1149,7 @@ class CompareReport(Report):
     finetune: one run's init_from is the other (:attr:`finetune`): the loss-parity fields are empty
     or null and no check applies."""
     a: CompareSide
-    """Run A (the baseline of every delta)."""
+    """Run A (every delta is A - B: a positive loss delta is A above B)."""
     b: CompareSide
     """Run B."""
     loss: list[CompareLossRow]
@@ -1098,7 +1158,7 @@ class CompareReport(Report):
     curves: CompareCurves
     """Both loss curves (empty for a fine-tune pair)."""
     iteration1_delta: FiniteFloat | None
-    """Loss b - a at iteration 1 (null when either did not log it, and for a fine-tune pair)."""
+    """Loss a - b at iteration 1 (null when either did not log it, and for a fine-tune pair)."""
     last_half_mean_abs_pct: FiniteFloat | None
     """Mean |Δ%| of the loss over the last half of the common iterations (null for a fine-tune
     pair)."""
@@ -1107,12 +1167,15 @@ class CompareReport(Report):
     throughput: CompareThroughput
     """Speed side by side."""
     eval: list[CompareEvalRow]
-    """Per-task eval deltas, b - a (empty unless both runs have eval/results.json; empty for a
+    """Per-task eval deltas, a - b (empty unless both runs have eval/results.json; empty for a
     fine-tune pair: see finetune.eval, after - before)."""
     eval_mean_abs_pp: FiniteFloat | None
     """Mean |Δ| of the eval rows in points."""
     differences: list[CompareDifference]
-    """Every resolved-config difference (output paths excluded)."""
+    """Every difference between the runs' newest resolved configs (output paths excluded)."""
+    config_changes: list[CompareConfigChange]
+    """Every resolved value that changed within a run, at a resume (``config.history.jsonl``;
+    output paths excluded): the run did not train under one config throughout."""
     forced: bool
     """Compared despite a must-match difference (--force; never for a fine-tune pair, whose data
     differ by design)."""

@@ -343,6 +343,14 @@ class Trainer:
             self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
         self._resume()
         self.last_saved = self.iteration if self.resumed_from is not None else None
+        if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
+            cuda = self.device.type == "cuda"
+            with self._writing("the config history", self.run.history_path):
+                self.run.record_start(
+                    self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
+                    run_id=self.run_id, world_size=self.world,
+                    device=f"cuda ({torch.cuda.get_device_name(self.device)})" if cuda else "cpu",
+                )  # fmt: skip
         with self._writing("the metrics", self.run.metrics_path):
             self.metrics = MetricsWriter(
                 self.run,
