@@ -115,3 +115,16 @@ def test_sigterm_to_a_torchrun_launch_saves_every_rank_and_exits_143(fast, tmp_p
     assert len(saved) == 1 and saved[0].marker.world_size == 2, log[-3000:]
     rows = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert saved[0].iteration == rows[-1]["iteration"] < 400  # the last completed step
+
+
+def test_a_launcher_without_a_bar_tells_its_workers_to_draw_none(fast, tmp_path, monkeypatch):
+    # `train --nproc 2 --json` (or stderr not a terminal): the workers share the launcher's stderr
+    from zebractl.train import launch
+    from zebractl.train.progress import NO_BAR_ENV
+
+    envs: list = []
+    monkeypatch.setattr(launch, "run_children", lambda cmd, env=None: envs.append(env) or 0)
+    for bar in (False, True):
+        req = launch.TrainRequest("tiny_kda", fast.sets(), tmp_path, nproc=2, bar=bar)
+        assert launch.start(req, lambda s: None).kind == "torchrun"
+    assert envs[0][NO_BAR_ENV] == "1" and envs[1] is None

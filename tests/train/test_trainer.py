@@ -4,6 +4,7 @@ atomic and verified, non-finite values stop or skip, and bad settings are usage 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -307,7 +308,69 @@ def test_train_json_is_one_typed_document(cli, fast, tmp_path, monkeypatch):
     report = TrainReport.model_validate_json(r.stdout)
     assert report.launched == "train" and report.stopped == "done" and report.iterations == 2
     assert report.checkpoint == str(tmp_path / "checkpoints" / "iter_0000002")
-    assert "iter      2 | loss" in r.stderr  # progress goes to stderr
+    assert "iter 2/2 (100%) | loss" in r.stderr  # progress goes to stderr
+    # the run's account: wall time (setup included) and mean throughput; tokens = samples x seq
+    assert report.total_iterations == 2 and report.tokens == 2 * 8 * 64
+    assert report.wall_seconds > 0 and report.mean_tokens_per_s > 0
     assert "a library printing on stdout" in r.stderr
     schema = json.loads((REPO / "schemas" / "reports" / TrainReport.schema_file()).read_text())
     jsonschema.validate(json.loads(r.stdout), schema)
+
+
+def test_the_log_shows_progress_and_the_header_the_resolved_run(cli, fast, tmp_path):
+    # tiny_kda's description says 60 iterations: the header must say what --set made of it
+    r = cli("train", "tiny_kda", *fast.args("schedule.iterations=3"), "-o", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert "run: 3 iterations (schedule.iterations from --set) of 8 x 64 tokens = 1.54k tokens" in (
+        lines
+    ), lines
+    logged = [line for line in lines if line.startswith("iter ")]
+    assert [line.split(" | ")[0] for line in logged] == [
+        "iter 1/3 (33%)",
+        "iter 2/3 (66%)",
+        "iter 3/3 (100%)",
+    ], logged
+    fields = [line.split(" | ") for line in logged]
+    assert [f[-3] for f in fields] == ["512 tokens", "1.02k tokens", "1.54k tokens"]
+    hms = r"\d+:\d\d:\d\d"
+    for f in fields:
+        assert re.fullmatch(r"step \d+\.\d+ s", f[-4]) and re.fullmatch(f"elapsed {hms}", f[-2]), f
+    assert fields[0][-1] == "ETA n/a"  # the first step compiles: no estimate from it
+    assert re.fullmatch(f"ETA {hms}", fields[1][-1]), fields[1]
+    assert fields[-1][-1] == "ETA 0:00:00"
+    done = next(line for line in lines if line.startswith("done: "))
+    assert re.match(
+        rf"done: 3/3 iterations, final loss \d+\.\d{{4}}; 1\.54k tokens, {hms} wall, "
+        r"[\d,]+ tok/s mean; checkpoint ",
+        done,
+    ), done
+
+
+def test_a_resumed_run_counts_from_its_iteration(fast, tmp_path):
+    sets = ("schedule.iterations=4", "checkpoint.interval=2")
+    fast.train("tiny_kda", tmp_path, *sets, stop_after=2)
+
+    class Bar(trainer_mod.NoBar):
+        calls: list[tuple] = []
+
+        def start(self, iteration, total):
+            self.calls.append(("start", iteration, total))
+
+        def advance(self, iteration, info=None):
+            self.calls.append(("advance", iteration, info.rsplit(" | ", 1)[-1]))
+
+        def stop(self):
+            self.calls.append(("stop",))
+
+    msgs: list[str] = []
+    res = fast.train("tiny_kda", tmp_path, *sets, console=msgs.append, bar=Bar())
+    assert res.resumed_from == 2 and res.iterations == res.total == 4
+    assert res.tokens == 4 * 8 * 64 and res.wall_s > 0 and res.tokens_per_s > 0
+    assert any("(iteration 2 of 4, 16 samples consumed)" in m for m in msgs), msgs
+    logged = [m.split(" | ") for m in msgs if m.startswith("iter ")]
+    assert [f[0] for f in logged] == ["iter 3/4 (75%)", "iter 4/4 (100%)"], msgs
+    assert logged[0][-3:] == ["1.54k tokens", logged[0][-2], "ETA n/a"]  # this process's first
+    assert logged[1][-3] == "2.05k tokens" and logged[1][-1] == "ETA 0:00:00"
+    assert Bar.calls[0] == ("start", 2, 4) and Bar.calls[-1] == ("stop",)
+    assert Bar.calls[1:3] == [("advance", 3, "ETA n/a"), ("advance", 4, "ETA 0:00:00")]

@@ -22,6 +22,7 @@ from zebractl.deps import require
 
 if TYPE_CHECKING:
     from zebractl.train.launch import TrainRequest
+    from zebractl.train.trainer import RunResult
 
 STOP_HINT = {
     130: "interrupted (SIGINT)",
@@ -79,8 +80,19 @@ def train(
     """
     require("train")
     from zebractl.train.launch import TrainRequest, start
+    from zebractl.train.progress import wants_bar
 
-    req = TrainRequest(recipe, list(set_), output, init_from, nproc, slurm, submit, reference)
+    req = TrainRequest(
+        recipe,
+        list(set_),
+        output,
+        init_from,
+        nproc,
+        slurm,
+        submit,
+        reference,
+        bar=wants_bar(json_out),  # a terminal only: CI logs and pipes get the lines alone
+    )
     if check:
         _check(req, json_out)
         return
@@ -94,12 +106,7 @@ def train(
         raise typer.Exit(out.exit_code)
     if res is not None:
         where = f"; checkpoint {res.checkpoint}" if res.checkpoint else ""
-        loss = f"{res.final_loss:.4f}" if res.final_loss is not None else "n/a"
-        val = f", val_loss {res.val_loss:.4f}" if res.val_loss is not None else ""
-        say(
-            f"{res.stopped}: {res.iterations} iterations, final loss {loss}{val}{where}; "
-            f"metrics in {out.metrics}"
-        )
+        say(f"{res.stopped}: {_summary(res)}{where}; metrics in {out.metrics}")
         if res.stopped == "signal":
             err(
                 f"{STOP_HINT.get(out.exit_code, 'stopped')}: the checkpoint above resumes the run "
@@ -124,6 +131,10 @@ def train(
                         "val_loss": res.val_loss,
                         "skipped": res.skipped,
                         "checkpoint": str(res.checkpoint) if res.checkpoint else None,
+                        "total_iterations": res.total,
+                        "tokens": res.tokens,
+                        "wall_seconds": res.wall_s,
+                        "mean_tokens_per_s": res.tokens_per_s,
                     }
                     if res is not None
                     else {}
@@ -132,6 +143,20 @@ def train(
         )
     if out.exit_code:
         raise typer.Exit(out.exit_code)
+
+
+def _summary(res: RunResult) -> str:
+    """``10/10 iterations, final loss 7.2345, val_loss 7.4012; 20.5k tokens, 0:00:12 wall, 1,706
+    tok/s mean``: the final line's account of the run."""
+    from zebractl.train.progress import count, duration
+
+    loss = f"{res.final_loss:.4f}" if res.final_loss is not None else "n/a"
+    val = f", val_loss {res.val_loss:.4f}" if res.val_loss is not None else ""
+    tps = f"{res.tokens_per_s:,.0f} tok/s" if res.tokens_per_s is not None else "n/a tok/s"
+    return (
+        f"{res.iterations}/{res.total} iterations, final loss {loss}{val}; "
+        f"{count(res.tokens)} tokens, {duration(res.wall_s)} wall, {tps} mean"
+    )
 
 
 def _check(req: TrainRequest, json_out: bool) -> None:

@@ -695,6 +695,19 @@ class TrainReport(Report):
     """Updates skipped for non-finite values (nonfinite.action skip)."""
     checkpoint: str | None = None
     """The newest checkpoint folder."""
+    total_iterations: int | None = Field(None, ge=0)
+    """The run's resolved iterations (``schedule.iterations``, or ``train_tokens`` over the
+    tokens of a step; after ``--set``) (train only)."""
+    tokens: int | None = Field(None, ge=0)
+    """Training tokens the run has consumed (samples x seq_length, a resumed run's earlier ones
+    included) (train only)."""
+    wall_seconds: FiniteFloat | None = Field(None, ge=0)
+    """Seconds from the run's start in this process to its end: setup, kernel compilation,
+    training, validation and saves (train only)."""
+    mean_tokens_per_s: FiniteFloat | None = Field(None, ge=0)
+    """Mean training tokens per second per process over this process's steps (the first,
+    compiling, one included; validation and saves excluded, like the metrics rows'
+    ``tokens_per_s``); null when it ran none (train only)."""
     metrics: str
     """The run's metrics.jsonl."""
     script: str | None = None

@@ -8,6 +8,7 @@ launcher forwards SIGTERM/SIGUSR1 to its workers and waits for their saves.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zebractl.config.errors import ConfigError
+from zebractl.train.progress import NO_BAR_ENV
 
 if TYPE_CHECKING:
     from zebractl.config.resolve import Resolved
@@ -42,6 +44,8 @@ class TrainRequest:
     submit: bool = False
     reference: str | None = None
     """``fla``: train FLA's class of the model instead (zebractl.train.reference)."""
+    bar: bool = False
+    """Show a progress bar on stderr (a terminal, no ``--json``: zebractl.train.progress)."""
 
 
 @dataclass
@@ -219,7 +223,8 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
             pass
         cmd = torchrun_command(req.nproc, args)
         console("launching: " + " ".join(cmd))
-        return LaunchOutcome("torchrun", run_children(cmd), run.root, run.metrics_path)
+        env = None if req.bar else {**os.environ, NO_BAR_ENV: "1"}  # --json: the workers' too
+        return LaunchOutcome("torchrun", run_children(cmd, env), run.root, run.metrics_path)
 
     # one writer per run directory: rank 0 locks it before the heavy imports, so a second train
     # of the same directory fails at once (the trainer takes the lock again, re-entrantly)
@@ -234,6 +239,7 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
             console(cache.describe())
 
         from zebractl.run.records import ResolvedConfigRecord
+        from zebractl.train.progress import RichBar
         from zebractl.train.trainer import Trainer
 
         record = ResolvedConfigRecord.of(r)
@@ -242,18 +248,21 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
             update["config"] = {**record.config, "init_from": str(req.init_from)}
             update["provenance"] = {**record.provenance, "init_from": "--init-from"}
         record = record.model_copy(update=update)
-        result = Trainer(r.run, run, record, init_from=req.init_from, console=console).fit()
+        bar = RichBar() if req.bar and rank == 0 else None
+        result = Trainer(
+            r.run, run, record, init_from=req.init_from, console=console, bar=bar
+        ).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)
 
 
-def run_children(cmd: list[str]) -> int:
+def run_children(cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Run a launcher (torchrun) until it ends, forwarding SIGTERM and SIGUSR1 straight to its
     workers, which save and exit (torchrun itself would give them only 30 s before SIGKILL, and
     dies of SIGUSR1). Ctrl-C reaches the whole process group from the terminal already, so it is
     only waited out here. Returns the launcher's exit code, or 128 + the signal this process
     received."""
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:

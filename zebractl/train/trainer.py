@@ -52,6 +52,7 @@ from zebractl.run.records import (
 )
 from zebractl.run.rundir import RunDir
 from zebractl.schemas.recipe import RunConfig, derive
+from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
 from zebractl.train.signals import StopFlag
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
@@ -73,6 +74,11 @@ class RunResult:
     skipped: int = 0  # updates skipped for a non-finite loss or gradient (nonfinite.action skip)
     signal: int | None = None  # the signal that stopped the run
     val_loss: float | None = None  # the last validation loss
+    total: int = 0  # the run's resolved iterations (schedule.iterations or train_tokens)
+    tokens: int = 0  # tokens consumed by the run so far (samples x seq_length, resumed ones too)
+    wall_s: float = 0.0  # seconds from the start of the run in this process to its end (setup too)
+    tokens_per_s: float | None = None  # mean training tokens/s per process over this process's
+    # steps (validation and saves excluded, the compile step included); None if it ran none
 
 
 def _state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
@@ -119,9 +125,11 @@ class Trainer:
         init_from: Path | None = None,
         stop_after: int | None = None,
         console: Callable[[str], None] = print,
+        bar: NoBar | None = None,
     ) -> None:
         """``stop_after`` ends this process after that many steps without saving (a simulated
-        kill, for tests)."""
+        kill, for tests); ``bar`` (:class:`zebractl.train.progress.RichBar` on a terminal) shows
+        the progress on rank 0 while the loop runs."""
         self.cfg, self.run, self.record = cfg, run, record
         # --init-from, else the recipe's init_from
         self.init_from = init_from if init_from is not None else _path(cfg.init_from)
@@ -140,6 +148,9 @@ class Trainer:
         self._save_need = 0.0  # bytes the save in flight writes (about)
         self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
+        self.bar = bar if bar is not None else NoBar()
+        self._bar_info = "loss n/a"  # the bar's last logged loss and tokens/s
+        self.clock = Clock()
 
     # ---- setup ---------------------------------------------------------------------------------
     def console(self, message: str) -> None:
@@ -249,6 +260,7 @@ class Trainer:
         val = cfg.validation
         self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
         self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
+        self.console(self._run_line())
         if not cfg.checkpoint.enabled:
             self.console(
                 "warning: checkpoint.enabled is false: this run saves no checkpoint; a crash or a "
@@ -361,6 +373,21 @@ class Trainer:
             )
         self._batches = self._train_batches()
 
+    def _run_line(self) -> str:
+        """The resolved run, after --set: ``run: 10 iterations (schedule.iterations from --set) of
+        16 x 128 tokens = 20.5k tokens`` (a recipe's description may name other numbers)."""
+        cfg, prov = self.cfg, self.record.provenance
+        if cfg.schedule.iterations is not None:
+            why = f"schedule.iterations from {prov.get('schedule.iterations', 'default')}"
+        else:
+            src = prov.get("schedule.train_tokens", "default")
+            why = f"schedule.train_tokens {count(cfg.schedule.train_tokens or 0)} from {src}"
+        g, seq = cfg.batch.global_, cfg.data.seq_length
+        return (
+            f"run: {self.iters:,} iterations ({why}) of {g} x {seq} tokens = "
+            f"{count(self.iters * g * seq)} tokens"
+        )
+
     def _train_batches(self):
         from zebractl.train.data import ConsumedSamplesSampler, loader
 
@@ -461,8 +488,8 @@ class Trainer:
             if ok.item():
                 self.resumed_from = iteration
                 self.console(
-                    f"resumed from {folder} (iteration {self.iteration}, {self.consumed:,} "
-                    "samples consumed)"
+                    f"resumed from {folder} (iteration {self.iteration} of {self.iters}, "
+                    f"{self.consumed:,} samples consumed)"
                 )
                 return True
             failed[iteration] = why or "it failed to load on another rank"
@@ -726,6 +753,7 @@ class Trainer:
             else contextlib.nullcontext()
         )
         with held, self.flag:
+            self.clock = Clock()  # the run starts in this process
             try:
                 self.setup()
                 return self._loop()
@@ -734,6 +762,7 @@ class Trainer:
                     self.saver.abort()
                 raise
             finally:
+                self.bar.stop()
                 if hasattr(self, "metrics"):
                     self.metrics.close()
 
@@ -747,6 +776,9 @@ class Trainer:
         saved: Path | None = None
         stopped, signum, run_steps = "done", None, 0
         last_val: int | None = None
+        self.clock.begin()
+        if self.rank == 0:
+            self.bar.start(self.iteration, self.iters)
         while self.iteration < self.iters:
             self.poll_saves()
             signum = self._stop_requested()
@@ -758,6 +790,9 @@ class Trainer:
                 break
             loss, norm = self.train_step()
             run_steps += 1
+            if run_steps == 1 and self.device.type == "cuda":
+                torch.cuda.synchronize()  # the ETA starts after the first (compiling) step
+            self.clock.step_done()
             if loss is None:
                 window_skipped += 1
                 self.console(
@@ -782,6 +817,11 @@ class Trainer:
                 final_loss = row.loss
                 window_loss, window_steps, window_skipped = torch.zeros_like(window_loss), 0, 0
                 t_last = time.perf_counter()
+            if self.rank == 0:  # the bar's ETA moves every step, its loss when one is logged
+                eta = self.clock.eta(self.iters - it)
+                self.bar.advance(
+                    it, f"{self._bar_info} | ETA {'n/a' if eta is None else duration(eta)}"
+                )
             paused = time.perf_counter()  # validation and saves are not training throughput
             if val_every is not None and (it % val_every == 0 or it == self.iters):
                 val_loss = self._validate()
@@ -789,6 +829,8 @@ class Trainer:
             if cfg.checkpoint.enabled and (it % cfg.checkpoint.interval == 0 or it == self.iters):
                 saved = self.save()
             t_last += time.perf_counter() - paused
+            self.clock.pause(time.perf_counter() - paused)
+        self.bar.stop()  # (fit stops it after an error)
         if stopped == "signal" and not cfg.checkpoint.enabled:
             self.console(
                 f"stopping on {_signame(signum)} after iteration {self.iteration}: nothing saved "
@@ -811,6 +853,8 @@ class Trainer:
         self.wait_saves()  # also the one a stop wrote: complete before the process exits
         if saved is None and self.last_saved is not None:
             saved = ckpt.checkpoint_dir(self.run.checkpoints, self.last_saved)
+        seq = cfg.data.seq_length
+        training = self.clock.training()
         return RunResult(
             self.iteration,
             self.resumed_from,
@@ -820,6 +864,14 @@ class Trainer:
             self.skipped,
             signum,
             val_loss,
+            total=self.iters,
+            tokens=self.consumed * seq,
+            wall_s=self.clock.elapsed(),
+            tokens_per_s=(
+                run_steps * cfg.batch.global_ * seq / (training * self.world)
+                if run_steps and training > 0
+                else None
+            ),
         )
 
     def _train_row(
@@ -862,8 +914,9 @@ class Trainer:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
+        snap = self._snapshot(row)
         parts = [
-            f"iter {row.iteration:>6}",
+            snap.head(),
             f"loss {row.loss:.4f}",
             f"lr {row.lr:.3e}",
             f"grad {row.grad_norm:.3f}",
@@ -875,7 +928,17 @@ class Trainer:
             parts.append(f"MFU {100 * row.mfu:.1f}%")
         if row.memory_gib is not None:
             parts.append(f"mem {row.memory_gib:.1f} GiB")
-        self.console(" | ".join(parts))
+        self.console(" | ".join(parts + snap.tail()))
+        self._bar_info = f"loss {row.loss:.4f} | {parts[4]}"
+
+    def _snapshot(self, row: TrainRow) -> Snapshot:
+        """The progress fields of a logged row; the step time is the interval's (as its
+        tokens/s: steps only)."""
+        c = self.cfg
+        step = c.batch.global_ * c.data.seq_length / (row.tokens_per_s * self.world)
+        return self.clock.snapshot(
+            row.iteration, self.iters, row.consumed_samples * c.data.seq_length, step
+        )
 
     def _validate(self) -> float | None:
         row = self.evaluate()
@@ -884,8 +947,10 @@ class Trainer:
                 self.metrics.write(row)
         loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
         ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
+        width = len(str(self.iters))
         self.console(
-            f"iter {row.iteration:>6} | val_loss {loss} | val_ppl {ppl} | {row.tokens:,} tokens"
+            f"iter {row.iteration:>{width}}/{self.iters} | val_loss {loss} | val_ppl {ppl} | "
+            f"{row.tokens:,} tokens"
         )
         return row.val_loss
 
