@@ -49,15 +49,6 @@ class Segments:
         cu = torch.cat([offsets, offsets.new_tensor([b * t])])
         return cls(doc, cu)
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.doc.shape)  # type: ignore[return-value]
-
-    @property
-    def count(self) -> int:
-        """Documents in the batch (a device-to-host read)."""
-        return self.cu_seqlens.numel() - 1
-
     def attention_bias(self, dtype: torch.dtype) -> Tensor:
         """``[B, 1, T, T]`` additive attention bias in ``dtype``: 0 where a query may attend (an
         earlier or the same position of its own document), -inf elsewhere. Made once per dtype."""
