@@ -16,6 +16,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -320,6 +321,25 @@ class FastRun:
     def losses(cls, out: Path) -> dict[int, float]:
         """Training loss by iteration."""
         return {r["iteration"]: r["loss"] for r in cls.rows(out)}
+
+
+def _masked_spans(tok: Any, ids: list[int], mask: list[int]) -> list[str]:
+    spans: list[str] = []
+    run: list[int] = []
+    for i, on in zip(ids, mask, strict=True):
+        if on:
+            run.append(i)
+        elif run:
+            spans.append(tok._impl.decode(run))
+            run = []
+    return spans + ([tok._impl.decode(run)] if run else [])
+
+
+@pytest.fixture
+def masked_spans() -> Callable[[Any, list[int], list[int]], list[str]]:
+    """``masked_spans(tok, ids, mask)``: the runs of trained (mask 1) tokens of a chat
+    sample, each decoded with the tokenizer ``tok`` (a zebractl Tokenizer)."""
+    return _masked_spans
 
 
 @pytest.fixture

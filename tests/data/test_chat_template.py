@@ -82,18 +82,6 @@ def _jinja(tok, text, name="t.jinja"):
     return JinjaTemplate(name, text, tok.token_text(tok.bos_id), tok.token_text(tok.eos_id))
 
 
-def _masked(tok, ids, mask):
-    """The trained runs of tokens, decoded."""
-    spans, run = [], []
-    for i, on in zip(ids, mask, strict=True):
-        if on:
-            run.append(i)
-        elif run:
-            spans.append(tok._impl.decode(run))
-            run = []
-    return spans + ([tok._impl.decode(run)] if run else [])
-
-
 def _turns(messages, last=False):
     return [m.content.strip() if last else m.content for m in messages if m.role == "assistant"]
 
@@ -134,7 +122,7 @@ def test_a_content_that_also_occurs_in_the_template_text_is_placed_right(tok):
     ids=["llama3", "system-default", "think"],
 )
 def test_a_template_s_mask_is_exactly_the_assistant_content_and_end_of_turn(
-    tok, text, end, rendered_start
+    tok, text, end, rendered_start, masked_spans
 ):
     t = _jinja(tok, text)
     ids, mask = encode(CHAT, tok, t, tok.eos_id, "chat.jsonl:1")
@@ -143,22 +131,22 @@ def test_a_template_s_mask_is_exactly_the_assistant_content_and_end_of_turn(
     assert tok._impl.decode(ids[:-1]) == rendered and rendered.startswith(rendered_start)
     contents = [m.content.strip() if text == LLAMA3 else m.content for m in CHAT[2::2]]
     think = "<think></think>\n" if text == THINK else ""  # after the prompt: the model writes it
-    assert _masked(tok, ids, mask) == [think + c + end for c in contents]
+    assert masked_spans(tok, ids, mask) == [think + c + end for c in contents]
 
 
-def test_a_default_system_turn_is_not_trained(tok):
+def test_a_default_system_turn_is_not_trained(tok, masked_spans):
     talk = CHAT[1:]  # no system turn: the template adds its own
     ids, mask = encode(talk, tok, _jinja(tok, SYSTEM_DEFAULT), None, "x:1")
     assert tok._impl.decode(ids).startswith("<|im_start|>system\nYou are a helpful assistant.")
-    assert _masked(tok, ids, mask) == [m.content + "<|im_end|>\n" for m in talk[1::2]]
+    assert masked_spans(tok, ids, mask) == [m.content + "<|im_end|>\n" for m in talk[1::2]]
 
 
-def test_without_a_generation_prompt_the_span_starts_at_the_content(tok):
+def test_without_a_generation_prompt_the_span_starts_at_the_content(tok, masked_spans):
     talk = CHAT[1:]
     ids, mask = encode(talk, tok, _jinja(tok, INST), None, "x:1")
     rendered = tok._impl.decode(ids)
     assert rendered.startswith("[INST] What is 2 + 3? [/INST]   5.  <|endoftext|>[INST]")
-    assert _masked(tok, ids, mask) == [m.content + "<|endoftext|>" for m in talk[1::2]]
+    assert masked_spans(tok, ids, mask) == [m.content + "<|endoftext|>" for m in talk[1::2]]
 
 
 def test_a_refusing_template_names_the_record_and_can_be_skipped(tok):

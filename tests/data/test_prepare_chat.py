@@ -57,7 +57,7 @@ def _read(out: Path):
     return manifest, rows
 
 
-def test_the_mask_covers_exactly_the_assistant_turns(cli, tmp_path):
+def test_the_mask_covers_exactly_the_assistant_turns(cli, tmp_path, masked_spans):
     from zebractl.data.chat import CHATML_JINJA
     from zebractl.data.tokenizer import load_tokenizer
 
@@ -79,15 +79,7 @@ def test_the_mask_covers_exactly_the_assistant_turns(cli, tmp_path):
     assert len(rows) == len(TALKS)
     for (ids, mask), talk in zip(rows, TALKS, strict=True):
         assert len(ids) == len(mask) and set(mask) <= {0, 1}
-        spans, run = [], []  # the masked runs of tokens, decoded
-        for i, m in zip(ids, mask, strict=True):
-            if m:
-                run.append(i)
-            elif run:
-                spans.append(tok._impl.decode(run))
-                run = []
-        if run:
-            spans.append(tok._impl.decode(run))
+        spans = masked_spans(tok, ids, mask)
         want = [t["content"] + "<|im_end|>\n" for t in talk if t["role"] == "assistant"]
         assert spans == want
         assert ids[-1] == tok.eos_id and mask[-1] == 0  # the conversation's EOS, not trained
@@ -219,17 +211,6 @@ LLAMA3 = r"""{{- bos_token }}
 """
 
 
-def _masked_spans(tok, ids, mask):
-    spans, run = [], []
-    for i, m in zip(ids, mask, strict=True):
-        if m:
-            run.append(i)
-        elif run:
-            spans.append(tok._impl.decode(run))
-            run = []
-    return spans + ([tok._impl.decode(run)] if run else [])
-
-
 def test_chatml_as_a_jinja_file_prepares_the_builtin_s_bytes_on_the_demo_conversations(
     cli, tmp_path, demo_chat
 ):
@@ -272,7 +253,7 @@ def _tokenizer_with_template(folder: Path, template: str) -> Path:
     return folder
 
 
-def test_auto_renders_with_the_tokenizer_s_own_template(cli, tmp_path):
+def test_auto_renders_with_the_tokenizer_s_own_template(cli, tmp_path, masked_spans):
     """Two files, two workers: the template travels to the worker processes."""
     from zebractl.data.tokenizer import load_tokenizer
 
@@ -295,7 +276,7 @@ def test_auto_renders_with_the_tokenizer_s_own_template(cli, tmp_path):
     tok = load_tokenizer(str(folder))
     for (ids, mask), talk in zip(rows, TALKS, strict=True):
         want = [m["content"].strip() + "<|eot_id|>" for m in talk if m["role"] == "assistant"]
-        assert _masked_spans(tok, ids, mask) == want
+        assert masked_spans(tok, ids, mask) == want
         text = tok._impl.decode(ids[:-1])
         assert text.startswith("<|endoftext|><|start_header_id|>") and text.endswith("<|eot_id|>")
     assert cli("prepare", "--verify", str(out)).exit_code == 0
