@@ -51,7 +51,11 @@ def _key(item: Any) -> str:
 
 def offline_runs(root: Path) -> list[dict[str, Any]]:
     """What each offline W&B session under ROOT/wandb/ wrote, oldest first: its run id, project,
-    name, tags, config, history rows (``_step`` = the step), summary, files and exit code."""
+    name, tags, config, history rows (``_step`` = the step), summary, files and exit code.
+
+    ``run.finish()`` returns before wandb's service has written everything (the exit record came
+    later in 7 of 15 tries): its teardown waits for that, as a process's exit does."""
+    wandb.teardown()
     out = []
     for folder in sorted((root / "wandb").glob("offline-run-*")):
         (path,) = folder.glob("run-*.wandb")
@@ -294,3 +298,17 @@ def test_the_readme_example_is_a_valid_tracker_config():
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     cfg = WandbConfig.model_validate(yaml.safe_load(block)["logging"]["wandb"])
     assert cfg.project == "zebra-kda" and cfg.mode == "offline"
+
+
+def test_a_run_that_fails_is_marked_failed(cli, fast, tmp_path, monkeypatch):
+    pytest.importorskip("megatron.core")
+    from zebractl.train import engine
+
+    real = engine.TorchEngine.step
+    monkeypatch.setattr(engine.TorchEngine, "step", lambda self: (real(self), float("inf"))[1])
+    sets = fast.args("schedule.iterations=2", "logging.wandb={project: test, mode: offline}")
+    r = cli("train", "tiny_kda", *sets, "--output", str(tmp_path / "run"))
+    assert r.exit_code == 1 and "the gradient norm is inf" in r.stderr, r.output
+    assert "wandb: logging to offline run" in r.stdout
+    (doc,) = offline_runs(tmp_path / "run")
+    assert doc["exit_code"] == 1 and doc["history"] == []
