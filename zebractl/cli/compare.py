@@ -136,6 +136,9 @@ def _compare(
     passed = None if finetune else all(c["ok"] for c in checks)
     report = CompareReport(**data, checks=checks, passed=passed, files=[])
     report = render.write(report, folder)
+    from zebractl.run.tracking import attach_compare
+
+    attach_compare(report, folder, say)  # a run tracked by W&B (RUN/wandb.json) gets it
     if json_out:
         emit_json(report)
     elif finetune:

@@ -13,7 +13,9 @@ later call with the same fingerprint and settings reuses the tasks it already ho
 re-runs them).
 
 One writer per run directory: :func:`evaluate` holds the lock (:mod:`zebractl.run.lock`) of the run
-directory it writes ``eval/`` into (of OUTPUT itself when it is in no run) while it works.
+directory it writes ``eval/`` into (of OUTPUT itself when it is in no run) while it works. When
+that run is tracked by W&B (``logging.wandb``: ``RUN/wandb.json``), the results are added to its W&B
+run (:func:`zebractl.run.tracking.attach_eval`).
 """
 
 from __future__ import annotations
@@ -414,7 +416,7 @@ def evaluate(
     # one writer per run directory: OUTPUT/eval/ is written under the lock of the run holding it
     # (a train of it, or a second eval, is refused), taken before torch is imported
     with lock.hold(lock.writer_root(output), "eval", console):
-        return _evaluate(
+        report = _evaluate(
             model_path,
             chosen,
             t0=t0,
@@ -429,6 +431,10 @@ def evaluate(
             force=force,
             console=console,
         )
+        from zebractl.run.tracking import attach_eval
+
+        attach_eval(report, output, console)  # a run tracked by W&B (RUN/wandb.json) gets them
+        return report
 
 
 def _evaluate(

@@ -7,6 +7,7 @@ from zebractl.run.records import (
     ConfigHistoryEntry,
     InitRecord,
     ResolvedConfigRecord,
+    TrackerRecord,
     TrainRow,
     ValRow,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "MetricsWriter",
     "ResolvedConfigRecord",
     "RunDir",
+    "TrackerRecord",
     "TrainRow",
     "ValRow",
     "load_weights",

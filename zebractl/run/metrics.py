@@ -1,4 +1,4 @@
-"""``RUN/metrics.jsonl`` and TensorBoard: the writer a run appends to, the reader others use."""
+"""``RUN/metrics.jsonl``, TensorBoard and W&B: the writer a run appends to, the reader others use."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -13,11 +14,25 @@ from zebractl.config.errors import ConfigError
 from zebractl.run.records import MetricsRow, TrainRow, ValRow
 from zebractl.run.rundir import RunDir, write_text_atomic
 
+if TYPE_CHECKING:
+    from zebractl.run.tracking import Tracker
+
 _ROW: TypeAdapter[TrainRow | ValRow] = TypeAdapter(MetricsRow)
 
 
+def scalars(row: TrainRow | ValRow) -> dict[str, float]:
+    """The finite numbers of a row by TensorBoard's (and W&B's) name: ``train/loss``,
+    ``val/loss`` (``val_`` dropped), ...; the iteration is the step, not a scalar."""
+    out: dict[str, float] = {}
+    for key, value in row.model_dump(exclude={"kind", "iteration", "run_id"}).items():
+        if isinstance(value, int | float) and math.isfinite(value):
+            out[f"{row.kind}/{key.removeprefix('val_')}"] = value
+    return out
+
+
 class MetricsWriter:
-    """Appends rows to ``metrics.jsonl`` and TensorBoard (``train/*``, ``val/*``).
+    """Appends rows to ``metrics.jsonl``, TensorBoard (``train/*``, ``val/*``) and the W&B run of
+    ``tracker`` (:mod:`zebractl.run.tracking`), if any.
 
     Opening it for a run resumed at iteration N drops rows after N (written by the attempt that
     was interrupted after the checkpoint), in the file and, through ``purge_step``, in TensorBoard.
@@ -31,7 +46,9 @@ class MetricsWriter:
         jsonl: bool,
         tensorboard: bool,
         note: Callable[[str], None],
+        tracker: Tracker | None = None,
     ) -> None:
+        self.tracker = tracker
         self.path = run.metrics_path if jsonl else None
         if self.path is not None and self.path.exists():
             keep = [
@@ -58,16 +75,20 @@ class MetricsWriter:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(row.model_dump_json() + "\n")
         if self.tb is not None:
-            group = row.kind
-            for key, value in row.model_dump(exclude={"kind", "iteration", "run_id"}).items():
-                if isinstance(value, int | float) and math.isfinite(value):
-                    self.tb.add_scalar(f"{group}/{key.removeprefix('val_')}", value, row.iteration)
+            for key, value in scalars(row).items():
+                self.tb.add_scalar(key, value, row.iteration)
             self.tb.flush()
+        if self.tracker is not None:
+            self.tracker.log(row)
 
-    def close(self) -> None:
-        """Close TensorBoard's writer."""
+    def close(self, *, failed: bool = False) -> None:
+        """Close TensorBoard's writer and finish the W&B run (``failed``: the run ended on an
+        error)."""
         if self.tb is not None:
             self.tb.close()
+        if self.tracker is not None:
+            self.tracker.finish(exit_code=1 if failed else 0)
+            self.tracker = None
 
 
 def _iteration(line: str) -> float:

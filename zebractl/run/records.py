@@ -83,6 +83,27 @@ class InitRecord(StrictModel):
     """UTC time the weights were loaded (ISO 8601)."""
 
 
+class TrackerRecord(StrictModel):
+    """``RUN/wandb.json``: the Weights & Biases run this run directory logs to (``logging.wandb``),
+    written at the first tracked start; a resume, ``eval`` and ``compare`` of the run continue the
+    same W&B run through it."""
+
+    schema_version: Literal[1] = 1
+    """Version of this document's layout."""
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    """The W&B run id (unique within its project)."""
+    project: str
+    """The W&B project."""
+    entity: str | None
+    """The W&B entity (null: the user's default)."""
+    mode: Literal["online", "offline"]
+    """How the newest training session logged (offline: ``wandb sync RUN/wandb/offline-run-*``)."""
+    url: str | None
+    """The run's page (null offline)."""
+    created: str
+    """UTC time the W&B run was first started from this directory (ISO 8601)."""
+
+
 class ConfigHistoryEntry(StrictModel):
     """One line of ``RUN/config.history.jsonl``: the resolved config one training session started
     (or resumed) with. Appended at every start, never rewritten: ``config.resolved.json`` holds the

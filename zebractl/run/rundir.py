@@ -7,6 +7,8 @@
     RUN/metrics.jsonl               TrainRow / ValRow, one JSON object per line
     RUN/init.json                   InitRecord: the weights it started from (init_from), if any
     RUN/tensorboard/                TensorBoard event files (train/*, val/*)
+    RUN/wandb.json                  TrackerRecord: the W&B run of logging.wandb, if tracked
+    RUN/wandb/                      W&B's own files (offline-run-*/ to `wandb sync`)
     RUN/checkpoints/iter_0000020/   megatron torch_dist checkpoint + zebractl.json marker (written last)
     RUN/data_cache/                 megatron's GPTDataset index cache (safe to delete)
     RUN/reports/                    reports written by later commands (compare, ...)
@@ -28,7 +30,12 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from zebractl.config.errors import DISK_ERRNOS, ConfigError
-from zebractl.run.records import ConfigHistoryEntry, InitRecord, ResolvedConfigRecord
+from zebractl.run.records import (
+    ConfigHistoryEntry,
+    InitRecord,
+    ResolvedConfigRecord,
+    TrackerRecord,
+)
 
 if TYPE_CHECKING:
     from zebractl.schemas.recipe import RunConfig
@@ -53,6 +60,7 @@ class RunDir:
     METRICS = "metrics.jsonl"
     INIT = "init.json"
     HISTORY = "config.history.jsonl"
+    TRACKER = "wandb.json"
 
     def __init__(self, root: Path, checkpoints: Path | None = None) -> None:
         self.root = Path(root)
@@ -90,6 +98,16 @@ class RunDir:
     def tensorboard_dir(self) -> Path:
         """TensorBoard event files."""
         return self.root / "tensorboard"
+
+    @property
+    def tracker_path(self) -> Path:
+        """The W&B run this directory logs to (``logging.wandb``)."""
+        return self.root / self.TRACKER
+
+    @property
+    def wandb_dir(self) -> Path:
+        """W&B's own files (the ``dir`` it is started with holds its ``wandb/`` folder)."""
+        return self.root / "wandb"
 
     @property
     def data_cache(self) -> Path:
@@ -226,6 +244,20 @@ class RunDir:
             return None
         except ValidationError as exc:
             raise ConfigError(f"{path}: not a valid init record: {exc}") from None
+
+    def write_tracker(self, record: TrackerRecord) -> None:
+        """Write the W&B run record (atomically)."""
+        write_text_atomic(self.tracker_path, record.model_dump_json(indent=2) + "\n")
+
+    def read_tracker(self) -> TrackerRecord | None:
+        """The W&B run this directory logs to; None when it was never tracked."""
+        path = self.tracker_path
+        try:
+            return TrackerRecord.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: not a valid W&B run record: {exc}") from None
 
     @classmethod
     def containing(cls, path: Path) -> Path | None:

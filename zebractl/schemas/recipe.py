@@ -154,6 +154,32 @@ class CheckpointConfig(StrictModel):
     save."""
 
 
+class WandbConfig(StrictModel):
+    """Weights & Biases tracking of the run (`pip install 'zebractl[wandb]'`): the resolved config
+    with provenance as the W&B config, every train/val row, and later the results of eval and
+    compare into the run directory. Files land under OUTPUT_DIR/wandb/; the run's W&B id is kept
+    in OUTPUT_DIR/wandb.json, so a resume continues the same W&B run."""
+
+    project: str = Field(min_length=1, max_length=128)
+    """W&B project."""
+    entity: str | None = Field(None, min_length=1, max_length=128)
+    """W&B team or user (unset: the logged-in user's default entity)."""
+    name: str | None = Field(None, min_length=1, max_length=128)
+    """Display name of the run (unset: the run directory's name)."""
+    group: str | None = Field(None, min_length=1, max_length=128)
+    """Group of runs shown together (e.g. a run and its reference)."""
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Tags of the run."""
+    notes: str | None = None
+    """A longer description of the run."""
+    mode: Literal["online", "offline", "disabled"] = "online"
+    """online: stream to the W&B server (needs `wandb login`); offline: write OUTPUT_DIR/wandb/
+    only, uploaded later with `wandb sync OUTPUT_DIR/wandb/offline-run-*`; disabled: no tracking
+    (wandb is not even imported)."""
+
+
 class LoggingConfig(StrictModel):
     """Metrics output."""
 
@@ -164,6 +190,8 @@ class LoggingConfig(StrictModel):
     """Write OUTPUT_DIR/metrics.jsonl."""
     tensorboard: bool = True
     """Write TensorBoard event files."""
+    wandb: WandbConfig | None = None
+    """Weights & Biases tracking (unset: none)."""
 
 
 class ValidationConfig(StrictModel):

@@ -168,6 +168,11 @@ def resolve_request(req: TrainRequest, world: int | None = 1) -> ResolvedRequest
     gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if own else (req.nproc or world)
     sets = req.sets if explicit_gpus else [*req.sets, f"parallelism.num_gpus={gpus}"]
     r = resolve_recipe(ref, sets)
+    tracker = r.run.logging.wandb
+    if tracker is not None and tracker.mode != "disabled":  # before any heavy import, as --check
+        from zebractl.deps import require_for
+
+        require_for("logging.wandb", "wandb")
     run = RunDir.for_recipe(r.run, r.name, req.output)
     if req.reference is not None:
         from zebractl.train import reference as fla_reference

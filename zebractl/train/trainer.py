@@ -27,6 +27,7 @@ import contextlib
 import math
 import random
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from zebractl.run.records import (
     ValRow,
 )
 from zebractl.run.rundir import RunDir
+from zebractl.run.tracking import open_tracker
 from zebractl.schemas.recipe import RunConfig, derive
 from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
 from zebractl.train.signals import StopFlag
@@ -370,6 +372,11 @@ class Trainer:
                 jsonl=cfg.logging.jsonl and self.rank == 0,
                 tensorboard=cfg.logging.tensorboard and self.rank == 0,
                 note=self.console,
+                tracker=(
+                    open_tracker(self.run, self.record, cfg.logging.wandb, self.console)
+                    if self.rank == 0
+                    else None
+                ),
             )
         self._batches = self._train_batches()
 
@@ -763,8 +770,8 @@ class Trainer:
                 raise
             finally:
                 self.bar.stop()
-                if hasattr(self, "metrics"):
-                    self.metrics.close()
+                if hasattr(self, "metrics"):  # (W&B: failed while an exception propagates)
+                    self.metrics.close(failed=sys.exc_info()[0] is not None)
 
     def _loop(self) -> RunResult:
         cfg = self.cfg
