@@ -6,6 +6,8 @@ transformers, and not even pydantic): `--help` and Tab completion stay instant.
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from zebractl import __version__
@@ -25,6 +27,7 @@ from zebractl.cli._common import state
 from zebractl.cli._examples import EXIT_CODES as EPILOG
 from zebractl.cli._examples import epilog
 from zebractl.cli.completion import INSTALL_OPTION, SHOW_OPTION, Group
+from zebractl.runtime import quiet
 
 app = typer.Typer(
     name="zebractl",
@@ -48,7 +51,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks on errors."),
+    ctx: typer.Context,
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show tracebacks on errors, and the libraries' warnings, log lines and progress bars.",
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
@@ -57,6 +66,9 @@ def main(
 ) -> None:
     """Zebra pretraining: configs that never lie, FLA-speed training, provable parity."""
     state.verbose = verbose
+    # the libraries' warnings, log lines and bars off unless -v, for this command and the processes
+    # it starts; put back when the command ends (it may run in-process, under a test runner)
+    ctx.call_on_close(quiet.enable(verbose, tty=sys.stderr.isatty()))
 
 
 app.add_typer(_config.app, name="config")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from zebractl.cli import _tables
 from zebractl.cli._common import JSON_HELP, emit_json, guarded
+from zebractl.cli._tables import Kind
 
 
 def _human(n: int) -> str:
@@ -14,16 +16,11 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold", justify="right" if col == "params" else "left")
+def _print_table(title: str, columns: list[tuple[str, Kind]], rows: list[list[str]]) -> None:
+    table = _tables.table(title, columns)
     for row in rows:
-        table.add_row(*row)
-    Console(width=max(Console().width, 120)).print(table)
+        table.add_row(*map(_tables.text, row))
+    _tables.show(table)
 
 
 @guarded
@@ -53,7 +50,13 @@ def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
         return
     _print_table(
         "presets",
-        ["name", "params", "blocks", "mixers", "description"],
+        [
+            ("name", "key"),
+            ("params", "number"),
+            ("blocks", "number"),
+            ("mixers", "value"),
+            ("description", "value"),
+        ],
         [
             [i.name, _human(i.parameters), str(i.num_blocks), "+".join(i.mixers), i.description]
             for i in items
@@ -92,11 +95,16 @@ def recipes(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
         return
     _print_table(
         "recipes",
-        ["name", "preset", "gpus", "batch", "tokens", "description"],
+        [
+            ("name (preset)", "key"),  # the preset under the name: it fits 80 columns
+            ("gpus", "number"),
+            ("batch", "number"),
+            ("tokens", "number"),
+            ("description", "value"),
+        ],
         [
             [
-                i.name,
-                i.preset,
+                f"{i.name}\n({i.preset})",
                 str(i.num_gpus),
                 f"{i.micro_batch}/{i.global_batch}x{i.seq_length}",
                 _human(i.total_tokens),

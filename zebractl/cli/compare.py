@@ -144,12 +144,12 @@ def _compare(
     elif finetune:
         _print_finetune(report)
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from zebractl.cli import _tables
 
-        table = Table(title=f"{report.a.label} vs {report.b.label}", title_justify="left")
-        for col in ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B"):
-            table.add_column(col, justify="right")
+        cols = ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B")
+        table = _tables.table(
+            f"{report.a.label} vs {report.b.label}", [(c, "number") for c in cols]
+        )
         for x in report.loss:
             table.add_row(
                 str(x.iteration),
@@ -160,7 +160,7 @@ def _compare(
                 f"{x.lr_a:.3e}" if x.lr_a is not None else "n/a",
                 f"{x.lr_b:.3e}" if x.lr_b is not None else "n/a",
             )
-        Console(width=max(Console().width, 80)).print(table)
+        _tables.show(table)
         t = report.throughput.ratio.tokens_per_s
         for c in report.config_changes:
             print(
@@ -202,19 +202,22 @@ def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
 
 def _print_finetune(report: CompareReport) -> None:
     """The before/after table of a fine-tune pair (after - before) and its losses."""
-    from rich.console import Console
-    from rich.table import Table
+    from zebractl.cli import _tables
 
     f = report.finetune
     assert f is not None
     A, B = f.after.upper(), f.before.upper()
     after, before = (report.a, report.b) if f.after == "a" else (report.b, report.a)
-    table = Table(
-        title=f"Eval after − before ({A} − {B}): {after.label} from {before.label}",
-        title_justify="left",
+    table = _tables.table(
+        f"Eval after − before ({A} − {B}): {after.label} from {before.label}",
+        [
+            ("task", "key"),
+            ("metric", "key"),
+            ("before", "number"),
+            ("after", "number"),
+            ("Δ", "number"),
+        ],
     )
-    for col in ("task", "metric", "before", "after", "Δ"):
-        table.add_column(col, justify="left" if col in ("task", "metric") else "right")
     for e in f.eval:
         spec = ".2f" if e.unit == "points" else ".4f"
         table.add_row(
@@ -225,7 +228,7 @@ def _print_finetune(report: CompareReport) -> None:
             f"{e.delta:+{spec}}",
         )
     if f.eval:
-        Console(width=max(Console().width, 80)).print(table)
+        _tables.show(table)
     for x in f.eval_not_compared:
         print(f"not compared: {x.task}: {x.reason}")
     for n in f.notes:

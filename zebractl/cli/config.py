@@ -32,6 +32,7 @@ def _flat(values: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _fmt(value: Any) -> str:
+    """A value as YAML spells it: a string bare, anything else as JSON (``null``, ``true``)."""
     if isinstance(value, str):
         return value
     return json.dumps(value)
@@ -72,21 +73,19 @@ def show(
             )
         )
         return
-    from rich.console import Console
-    from rich.table import Table
+    from zebractl.cli import _tables
 
-    table = Table(title=f"{r.kind} {r.name} ({r.source})", title_justify="left")
-    table.add_column("key", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    table.add_column("source", overflow="fold")
+    table = _tables.table(
+        f"{r.kind} {r.name} ({r.source})", [("key", "key"), ("value", "value"), ("source", "value")]
+    )
+    t = _tables.text
     for key, value in _flat(values).items():
-        table.add_row(key, _fmt(value), r.provenance.get(key, "default"))
+        table.add_row(t(key), t(_fmt(value)), t(r.provenance.get(key, "default")))
     if derived is not None:
         for key, value in derived.model_dump(mode="json").items():
-            table.add_row(f"(derived) {key}", _fmt(value), "derived")
-    console = Console(width=max(Console().width, 120))
-    console.print(table)
-    console.print("merge order: schema default < preset < recipe < --set")
+            table.add_row(t(f"(derived) {key}"), t(_fmt(value)), t("derived"))
+    _tables.show(table)
+    print("merge order: schema default < preset < recipe < --set")
 
 
 @app.command("validate", epilog=epilog("config validate"))
@@ -152,6 +151,7 @@ def diff(
             b_source=rb.provenance.get(key),
         )
         for key in sorted(set(fa) | set(fb))
+        if not (_unset(fa, key) and _unset(fb, key))  # null or absent on both sides: no news
         if fa.get(key, "<absent>") != fb.get(key, "<absent>")
     ]
     if json_out:
@@ -160,12 +160,42 @@ def diff(
     if not rows:
         print(f"no differences between {ra.source} and {rb.source}")
         return
-    from rich.console import Console
-    from rich.table import Table
+    from zebractl.cli import _tables
 
-    table = Table(title=f"{ra.source} vs {rb.source}", title_justify="left")
-    for col in ("key", "a", "b", "a source", "b source"):
-        table.add_column(col, overflow="fold")
+    table = _tables.table(
+        f"A = {ra.source}, B = {rb.source}",
+        [("key", "key"), ("A (source)", "value"), ("B (source)", "value")],
+    )
     for row in rows:
-        table.add_row(row.key, _fmt(row.a), _fmt(row.b), str(row.a_source), str(row.b_source))
-    Console(width=max(Console().width, 140)).print(table)
+        table.add_row(
+            _tables.text(row.key),
+            _side(row.a, row.a_source, _shown(fa, row.key)),
+            _side(row.b, row.b_source, _shown(fb, row.key)),
+        )
+    _tables.show(table)
+
+
+def _unset(flat: dict[str, Any], key: str) -> bool:
+    """Null, or absent: neither the key nor a key under it (``model.kda`` of a KDA model is
+    absent from its flat values but its ``model.kda.*`` keys are there)."""
+    if key in flat:
+        return flat[key] is None
+    return not any(k.startswith(key + ".") for k in flat)
+
+
+def _shown(flat: dict[str, Any], key: str) -> str:
+    """How a side holds the key: ``value``, ``section`` (keys under it) or ``absent``."""
+    if key in flat:
+        return "value"
+    return "absent" if _unset(flat, key) else "section"
+
+
+def _side(value: Any, source: str | None, shown: str) -> Any:
+    """One side of a difference: the value as YAML spells it over its source (FILE:LINE or --set,
+    else the schema's default); ``-`` alone where the config has no such key (a preset next to a
+    recipe), ``(section)`` where it has keys under it (its mixer block)."""
+    from zebractl.cli import _tables
+
+    if shown != "value":
+        return _tables.text("-" if shown == "absent" else "(section)")
+    return _tables.text(_fmt(value), source if source is not None else "default")

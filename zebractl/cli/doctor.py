@@ -44,10 +44,6 @@ def doctor(
         wanted.append("compare --fla")  # compare without --fla is only its plots
     from zebractl.schemas.reports import DoctorCommand, DoctorModule, DoctorReport
 
-    if not state.verbose:  # the packages' import-time log lines (torchao, torch) unless -v
-        import logging
-
-        logging.disable(logging.WARNING)
     rows = []
     for c in dict.fromkeys(wanted):
         mods = [DoctorModule(module=p.module, ok=p.error is None, error=p.error, install=p.install)

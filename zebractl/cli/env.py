@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, emit_json, guarded, state
+from zebractl.cli._common import JSON_HELP, emit_json, guarded
 
 
 @guarded
@@ -17,10 +17,6 @@ def env(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     of failing; environment variables whose name holds TOKEN, KEY, SECRET or PASSWORD are never
     shown.
     """
-    if not state.verbose:  # the packages' import-time log lines (torch) unless -v
-        import logging
-
-        logging.disable(logging.WARNING)
     from zebractl.runtime.environment import collect, markdown
 
     report = collect()

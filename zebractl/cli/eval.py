@@ -76,13 +76,8 @@ def eval_(
     writing to exits 2 naming the train; with --output elsewhere the run is only read, not locked,
     and is evaluated while it trains (its newest complete checkpoint).
     """
-    import sys
-
-    require("eval")
+    require("eval")  # lm-eval's bars: off unless -v on a terminal (zebractl.runtime.quiet)
     from zebractl.evaluate import harness
-
-    if not sys.stderr.isatty():
-        harness.no_progress_bars()
 
     say = err if json_out else print
     with stdout_to_stderr(json_out):
@@ -103,15 +98,19 @@ def eval_(
     if json_out:
         emit_json(report)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from zebractl.cli import _tables
 
-    table = Table(
-        title=f"{report.model} ({report.model_class}, {report.dtype}, {report.device})",
-        title_justify="left",
+    table = _tables.table(
+        f"{report.model} ({report.model_class}, {report.dtype}, {report.device})",
+        [
+            ("task", "key"),
+            ("metric", "key"),
+            ("value", "number"),
+            ("± stderr", "number"),
+            ("samples", "number"),
+            ("note", "value"),
+        ],
     )
-    for col in ("task", "metric", "value", "± stderr", "samples", "note"):
-        table.add_column(col, no_wrap=col != "note")
     for t in report.tasks:
         if t.status == "skipped":
             table.add_row(t.task, "", "", "", "", f"skipped: {t.reason}")
@@ -121,6 +120,5 @@ def eval_(
             value = "n/a" if m is None or m.value is None else f"{m.value:.4f}"
             stderr = "" if m is None or m.stderr is None else f"{m.stderr:.4f}"
             table.add_row(t.task, name, value, stderr, str(t.samples), "reused" if t.reused else "")
-    console = Console(width=max(Console().width, 100))
-    console.print(table)
+    _tables.show(table)
     print(f"wrote {report.results_file} ({report.wall_seconds:.1f} s)")

@@ -95,10 +95,9 @@ def _this_gpu_gib() -> float | None:
 
 
 def _print(doc: PlanReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from zebractl.cli import _tables
 
-    console = Console(width=max(Console().width, 110))
+    console = _tables.console()
     p, f, t, b, mem = doc.parameters, doc.flops, doc.tokens, doc.batch, doc.memory_per_gpu
     console.print(f"[bold]plan[/bold] {doc.recipe} (preset {doc.preset})")
     for text in (doc.description, doc.preset_description):
@@ -108,9 +107,10 @@ def _print(doc: PlanReport) -> None:
     console.print(
         f"sequence length {_n(sq.length)} (the model takes up to {_n(sq.max)}: {sq.limited_by})"
     )
-    params = Table(title="parameters (exact)", title_justify="left")
-    for col in ("part", "count", "each", "total"):
-        params.add_column(col, justify="left" if col == "part" else "right")
+    params = _tables.table(
+        "parameters (exact)",
+        [("part", "key"), ("count", "number"), ("each", "number"), ("total", "number")],
+    )
     params.add_row("embedding", "", "", _n(p.embedding))
     for kind, row in p.by_sublayer.items():
         params.add_row(f"{kind} sublayers", str(row.count), _n(row.each), _n(row.total))

@@ -188,12 +188,6 @@ def held_out_texts(cfg: Any, tokenizer: Any, limit: int | None) -> list[str]:
     return out
 
 
-def no_progress_bars() -> None:
-    """Off a TTY: no tqdm bars from lm-eval and datasets (both read these when first imported)."""
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-
-
 @contextlib.contextmanager
 def _offline() -> Iterator[None]:
     """No Hub: offline variables set; lm-eval's logger at warnings."""
