@@ -57,6 +57,14 @@ def test_config_show_fits_80_columns(cli):
     _whole(keys, lines)
 
 
+def test_config_show_keeps_sources_whole_where_they_fit(cli):
+    # each value's source (FILE:LINE, default) on a line of its own under the value: whole at 80
+    # columns where the keys leave it room (tiny_kda; a 48-character key leaves 25 for the value)
+    doc = json.loads(_run(cli, "config", "show", "tiny_kda", "--json"))
+    lines = _lines(_run(cli, "config", "show", "tiny_kda"))
+    _whole(sorted({f"({s})" for s in doc["provenance"].values()}), lines)
+
+
 def test_config_diff_fits_80_columns_and_keys_stay_whole(cli):
     args = ("config", "diff", "tiny_kda", "zebra_mamba_8B_hybrid")
     keys = [d["key"] for d in json.loads(_run(cli, *args, "--json"))["differences"]]

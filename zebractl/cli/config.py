@@ -75,15 +75,15 @@ def show(
         return
     from zebractl.cli import _tables
 
-    table = _tables.table(
-        f"{r.kind} {r.name} ({r.source})", [("key", "key"), ("value", "value"), ("source", "value")]
-    )
+    # each value with its source (file:line, --set, default) on a line of its own under it, as in
+    # config diff: a source folded inside a narrow third column would break file:line in two
+    table = _tables.table(f"{r.kind} {r.name} ({r.source})", [("key", "key"), ("value", "value")])
     t = _tables.text
     for key, value in _flat(values).items():
-        table.add_row(t(key), t(_fmt(value)), t(r.provenance.get(key, "default")))
+        table.add_row(t(key), t(_fmt(value), r.provenance.get(key, "default")))
     if derived is not None:
         for key, value in derived.model_dump(mode="json").items():
-            table.add_row(t(f"(derived) {key}"), t(_fmt(value)), t("derived"))
+            table.add_row(t(f"(derived) {key}"), t(_fmt(value), "derived"))
     _tables.show(table)
     print("merge order: schema default < preset < recipe < --set")
 
