@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 import warnings
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 EXTRA_OF: dict[str, str] = {
     # top-level module -> the zebractl extra whose requirements install it

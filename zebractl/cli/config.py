@@ -100,8 +100,8 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate presets and recipes; exit 2 if any is invalid."""
-    from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_any
+    from zebractl.errors import ConfigError
     from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
 
     results = []

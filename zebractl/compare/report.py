@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError, first_line
+from zebractl.errors import ConfigError, first_line
 
 TOLERANCES = {"iteration1_abs": 1e-3, "last_half_pct": 1.0, "eval_pp": 1.0}
 """Defaults of --assert: iteration-1 |Δloss|, last-half mean |Δ%| of the loss, eval mean |Δ| (pp)."""

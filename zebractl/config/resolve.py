@@ -21,8 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from zebractl.config import catalog
-from zebractl.config.errors import ConfigError
 from zebractl.config.yamlio import load_with_lines, parse_scalar
+from zebractl.errors import ConfigError
 from zebractl.schemas.preset import ModelConfig, model_problems
 from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
 

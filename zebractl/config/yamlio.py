@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 MAX_NODES = 100_000
 """Values a document may expand to, aliases included (shipped configs hold a few hundred)."""

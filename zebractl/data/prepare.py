@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from zebractl import __version__
-from zebractl.config.errors import ConfigError
 from zebractl.data.sources import InputError, Source, documents, expand_inputs
+from zebractl.errors import ConfigError
 
 FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
 ENCODE_BATCH = 256  # documents per tokenizer call

