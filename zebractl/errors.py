@@ -38,9 +38,10 @@ class TrainingError(RuntimeError):
     """A run stopped for a reason the user must see (NaN loss, data exhausted, ...): exit 1."""
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (what a one-line error shows of it)."""
-    return (str(exc).strip().splitlines() or [""])[0]
+def first_line(exc: BaseException, default: str = "") -> str:
+    """The first line of an exception's message, stripped (what a one-line error shows of it);
+    ``default`` when the message is empty or blank (e.g. ``type(exc).__name__``)."""
+    return (str(exc).strip().splitlines() or [default])[0]
 
 
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG})

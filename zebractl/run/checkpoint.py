@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from zebractl.errors import ConfigError
+from zebractl.errors import ConfigError, first_line
 from zebractl.run.records import CheckpointMarker, FileRecord
 from zebractl.run.rundir import utc_now, write_text_atomic
 
@@ -423,7 +423,7 @@ class HostStaging:
             exc, self._error = self._error, None
             warnings.warn(
                 f"zebractl: the checkpoint staging memory could not be allocated ahead "
-                f"({_first_line(exc)}); saves stage into memory allocated when they start",
+                f"({first_line(exc, type(exc).__name__)}); saves stage into memory allocated when they start",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -459,10 +459,6 @@ class HostStaging:
 
 def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class AsyncSaver:
@@ -603,7 +599,7 @@ class AsyncSaver:
         except BaseException as exc:  # noqa: BLE001 - torch's CheckpointException is a BaseException
             self._pending = None
             raise SaveFailed(
-                f"checkpoint {p.final} was not saved: writing it failed ({_first_line(exc)}); "
+                f"checkpoint {p.final} was not saved: writing it failed ({first_line(exc, type(exc).__name__)}); "
                 f"{p.tmp} stays incomplete"
             ) from exc
         p.stage = "seal"
@@ -626,7 +622,11 @@ class AsyncSaver:
         """Close the save in flight: raise its error everywhere, or report its checkpoint."""
         self._pending = None
         if failed:
-            why = _first_line(p.error) if p.error is not None else "it failed on rank 0"
+            why = (
+                first_line(p.error, type(p.error).__name__)
+                if p.error is not None
+                else "it failed on rank 0"
+            )
             raise SaveFailed(
                 f"checkpoint {p.final} was not completed: hashing and marking it failed ({why}); "
                 f"{p.tmp} stays incomplete"
@@ -669,7 +669,7 @@ def load(folder: Path, template: dict[str, Any]) -> dict[str, Any]:
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - torch's CheckpointException is a BaseException
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc, type(exc).__name__)
         raise DamagedCheckpoint(
             folder, f"cannot be loaded ({type(exc).__name__}: {first})"
         ) from None
