@@ -47,8 +47,8 @@ def tokenize_chat_shard(
         _write_json,
         discard,
         publish,
-        sha256_file,
     )
+    from zebractl.util import sha256_file
 
     out = Path(opts.output)
     tmp_dir, final_dir = out / ".tmp", out / "shards"

@@ -21,7 +21,6 @@ next one. Only this module knows megatron's checkpoint files.
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import re
 import shutil
@@ -37,6 +36,7 @@ from pydantic import ValidationError
 from zebractl.errors import ConfigError, first_line
 from zebractl.run.records import CheckpointMarker, FileRecord
 from zebractl.run.rundir import utc_now, write_text_atomic
+from zebractl.util import sha256_file
 
 MARKER = "zebractl.json"
 _META = "metadata.json"  # megatron's: backend and version of the sharded format
@@ -134,11 +134,6 @@ def complete(root: Path) -> list[Checkpoint]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
 
@@ -170,7 +165,7 @@ def verify(folder: Path, *, checksums: bool = True) -> Checkpoint:
             raise DamagedCheckpoint(
                 folder, f"{rec.path} was {what} ({size:,} bytes, {rec.size:,} when saved)"
             )
-        if checksums and _sha256(path) != rec.sha256:
+        if checksums and sha256_file(path) != rec.sha256:
             raise DamagedCheckpoint(folder, f"{rec.path} changed since it was saved (checksum)")
     return Checkpoint(folder, marker)
 
@@ -211,7 +206,7 @@ def _seal(tmp: Path, final: Path, marker: CheckpointMarker, keep_last: int) -> N
     """Complete a fully written ``tmp`` folder (writer rank only): hash every file, write the
     marker, rename ``tmp`` to ``final`` and prune the checkpoints beside it to ``keep_last``."""
     files = [
-        FileRecord(path=str(p.relative_to(tmp)), size=p.stat().st_size, sha256=_sha256(p))
+        FileRecord(path=str(p.relative_to(tmp)), size=p.stat().st_size, sha256=sha256_file(p))
         for p in _files(tmp)
     ]
     done = marker.model_copy(update={"files": files, "created": utc_now()})
