@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from zebractl.errors import first_line
-from zebractl.util import CHUNK, sha256_file
+from zebractl.util import CHUNK, flatten, sha256_file
 
 
 def test_first_line_strips_and_takes_the_first_line():
@@ -24,3 +24,15 @@ def test_sha256_file_matches_hashlib_across_chunks(tmp_path):
     assert sha256_file(path) == hashlib.sha256(data).hexdigest()
     (tmp_path / "empty").write_bytes(b"")
     assert sha256_file(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
+
+
+def test_flatten_gives_dotted_keys_and_keeps_lists_whole():
+    d = {"a": {"b": 1, "c": {"d": None}}, "e": [1, {"f": 2}], "g": "x"}
+    assert flatten(d) == {"a.b": 1, "a.c.d": None, "e": [1, {"f": 2}], "g": "x"}
+    assert flatten({"b": {"c": 1}}, "a") == {"a.b.c": 1}
+
+
+def test_flatten_drops_empty_mappings_unless_asked():
+    d = {"a": {}, "b": {"c": {}}, "d": 0}
+    assert flatten(d) == {"d": 0}
+    assert flatten(d, keep_empty=True) == {"a": {}, "b.c": {}, "d": 0}

@@ -25,6 +25,7 @@ from zebractl.config.yamlio import load_with_lines, parse_scalar
 from zebractl.errors import ConfigError
 from zebractl.schemas.preset import ModelConfig, model_problems
 from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
+from zebractl.util import flatten
 
 INHERIT_KEY = "extends"
 # Keys people reach for when they mean `extends`; named in the error so the fix is obvious.
@@ -228,17 +229,8 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
         if node[parts[-1]] is not None:
             _clear_exclusive(raw, key, where)
         if isinstance(node[parts[-1]], dict):
-            for leaf in _leaf_keys(node[parts[-1]], key):
+            for leaf in flatten(node[parts[-1]], key):
                 where[leaf] = "--set"
-
-
-def _leaf_keys(value: Any, prefix: str) -> list[str]:
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            out += _leaf_keys(v, f"{prefix}.{k}" if prefix else k)
-        return out
-    return [prefix]
 
 
 # ---- validation and error rendering ----------------------------------------------------------------
@@ -430,18 +422,9 @@ def _validate(
     return cfg
 
 
-def _leaves(value: Any, prefix: str = "") -> list[str]:
-    if isinstance(value, dict):
-        out: list[str] = []
-        for k, v in value.items():
-            out += _leaves(v, f"{prefix}{k}.")
-        return out
-    return [prefix.rstrip(".")]
-
-
 def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
     dumped = cfg.model_dump(mode="json", by_alias=True)
-    return {leaf: where.get(leaf, "default") for leaf in _leaves(dumped)}
+    return {leaf: where.get(leaf, "default") for leaf in flatten(dumped)}
 
 
 # ---- entry points ----------------------------------------------------------------------------------
