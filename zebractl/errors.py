@@ -13,15 +13,11 @@ import errno
 class ConfigError(Exception):
     """A problem with a preset, recipe or ``--set`` value. ``str()`` is the message shown to users.
 
-    ``problems`` holds one line per problem when several were found at once; ``key`` names the
-    dotted key of a single problem when known.
+    ``problems`` holds one line per problem when several were found at once.
     """
 
-    def __init__(
-        self, message: str, *, key: str | None = None, problems: list[str] | None = None
-    ) -> None:
+    def __init__(self, message: str, *, problems: list[str] | None = None) -> None:
         super().__init__(message)
-        self.key = key
         self.problems = problems or [message]
 
 
