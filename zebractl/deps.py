@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 import warnings
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError, first_line
 
 EXTRA_OF: dict[str, str] = {
     # top-level module -> the zebractl extra whose requirements install it
@@ -168,7 +168,7 @@ def probe(command: str) -> list[Probe]:
             extra = EXTRA_OF.get((exc.name or "").split(".")[0]) or EXTRA_FOR[command]
             out.append(Probe(name, f"ModuleNotFoundError: {exc}", install_hint(extra)))
         except Exception as exc:  # noqa: BLE001 - a broken install reports, never crashes doctor
-            msg = (str(exc).strip().splitlines() or [""])[0]
+            msg = first_line(exc)
             out.append(
                 Probe(name, f"{type(exc).__name__}: {msg}", install_hint(EXTRA_FOR[command]))
             )

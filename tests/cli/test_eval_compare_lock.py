@@ -178,8 +178,8 @@ def test_compare_into_a_run_in_use_exits_2_within_2_s_naming_the_holder(tmp_path
 def test_compare_fla_of_a_run_in_use_is_refused_before_training_the_reference(
     tmp_path, lock_holders
 ):
-    from zebractl.config.errors import ConfigError
     from zebractl.deps import require
+    from zebractl.errors import ConfigError
 
     try:
         require("compare --fla")
@@ -233,7 +233,7 @@ def test_a_train_of_a_run_being_written_by_eval_or_compare_exits_2(
 ):
     """While eval (compare) works, in this process, a train of the run is refused naming it."""
     pytest.importorskip("megatron.core")  # train's extra
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     a, b = _run_dir(tmp_path / "a"), _run_dir(tmp_path / "b")
     trains: list[tuple[subprocess.CompletedProcess, float]] = []

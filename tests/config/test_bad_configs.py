@@ -341,7 +341,7 @@ def test_verbose_shows_traceback_for_config_errors(cli, write):
     verbose = cli("-v", "config", "show", "p.yaml")
     assert verbose.exit_code == 2
     assert "Traceback (most recent call last)" in verbose.stderr
-    assert "zebractl.config.errors.ConfigError: p.yaml:1: bases" in verbose.stderr
+    assert "zebractl.errors.ConfigError: p.yaml:1: bases" in verbose.stderr
     quiet = cli("config", "show", "p.yaml")
     assert quiet.exit_code == 2 and "p.yaml:1: bases: unknown key" in quiet.stderr
     assert "Traceback" not in quiet.stderr + quiet.stdout

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from zebractl.config.errors import ConfigError
 from zebractl.config.resolve import _INHERIT_LOOKALIKES, resolve_recipe
 from zebractl.config.yamlio import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from zebractl.errors import ConfigError
 from zebractl.schemas.recipe import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zebractl.config.errors import ConfigError
 from zebractl.config.yamlio import load_with_lines, parse_scalar
+from zebractl.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -315,9 +315,9 @@ def test_bitwise_comparison_sees_nan_bits_and_dtypes():
 def test_real_tokens_of_the_held_out_split_and_a_run_that_held_nothing_out(trained):
     import torch
 
-    from zebractl.config.errors import ConfigError
     from zebractl.convert.hf import open_source
     from zebractl.convert.verify import real_tokens
+    from zebractl.errors import ConfigError
 
     cfg = open_source(trained("tiny_kda")).cfg  # tiny_kda holds out 2% (data.split [98, 2, 0])
     first, held = real_tokens(cfg, 64), real_tokens(cfg, 64, held_out=True)

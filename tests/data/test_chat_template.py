@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
 from zebractl.data import demo  # noqa: E402
 from zebractl.data.chat import CHATML_JINJA, TEMPLATES, encode, parse_messages  # noqa: E402
 from zebractl.data.chat_template import JinjaTemplate, resolve  # noqa: E402
 from zebractl.data.sources import InputError  # noqa: E402
 from zebractl.data.tokenizer import load_tokenizer  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 
 CHAT = parse_messages(
     {

@@ -276,7 +276,7 @@ def test_task_yamls_load_in_lm_eval_and_match_the_built_in_prompts(tmp_path):
 
 
 def test_damaged_data_is_named_and_refused(tmp_path, monkeypatch):
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     task = T.TASKS["piqa"]
     fake = tmp_path / task.files[0]

@@ -121,7 +121,7 @@ def test_a_failed_marker_thread_raises_at_the_next_poll(process_group, tmp_path,
     def unreadable(path: Path) -> str:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(ckpt, "_sha256", unreadable)
+    monkeypatch.setattr(ckpt, "sha256_file", unreadable)
     saver = ckpt.AsyncSaver()
     saver.begin(
         tmp_path, 7, _state(torch.randn(64, 32), 7), _marker(7), keep_last=0, is_writer=True

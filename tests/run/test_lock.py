@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.run import lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

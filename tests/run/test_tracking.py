@@ -14,7 +14,7 @@ import pytest
 
 wandb = pytest.importorskip("wandb")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 from zebractl.run import ResolvedConfigRecord, RunDir, TrainRow, ValRow  # noqa: E402
 from zebractl.run.metrics import MetricsWriter  # noqa: E402
 from zebractl.run.tracking import attach_eval, open_tracker  # noqa: E402

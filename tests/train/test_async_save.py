@@ -121,7 +121,7 @@ if stage == "writing":  # the writer process writes every file, then never repor
 else:  # "hashing": megatron's finalisation ran; rank 0's marker thread never finishes hashing
     from zebractl.run import checkpoint
 
-    real = checkpoint._sha256
+    real = checkpoint.sha256_file
 
     def slow(path):
         if target in str(path):
@@ -129,7 +129,7 @@ else:  # "hashing": megatron's finalisation ran; rank 0's marker thread never fi
             time.sleep(600)
         return real(path)
 
-    checkpoint._sha256 = slow
+    checkpoint.sha256_file = slow
 from zebractl.cli import app
 
 app(args=sys.argv[4:], prog_name="zebractl")

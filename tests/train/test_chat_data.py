@@ -115,7 +115,7 @@ def test_chat_training_lowers_the_loss(fast, chat_data, tmp_path):
 def test_chat_format_needs_masks_and_refuses_cuda_graphs(cli, fast, tmp_path):
     r = cli("train", "tiny_kda", *fast.args("data.format=chat"), "-o", str(tmp_path / "a"))
     assert r.exit_code == 2 and "has no loss masks" in r.stderr, r.output
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
     from zebractl.train.engine import check_engine
 
     cfg = fast.resolve("tiny_kda", "data.format=chat", "kernels.cuda_graph=true").run

@@ -9,10 +9,10 @@ import pytest
 pytest.importorskip("megatron.core")
 torch = pytest.importorskip("torch")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.data import demo  # noqa: E402
 from zebractl.data.prepare import PrepareOptions, prepare  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 from zebractl.runtime import dist  # noqa: E402
 from zebractl.train.data import build_datasets, resolve_data  # noqa: E402
 

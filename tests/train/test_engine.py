@@ -115,7 +115,7 @@ def test_restore_step_counts_leaves_optimizers_without_a_group_step_alone():
     ],
 )
 def test_cuda_graph_is_refused_where_it_cannot_run(sets, device, world, message):
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     cfg = resolve_recipe(
         "tiny_kda", ["data.paths=[{path: /unused}]", "kernels.cuda_graph=true", *sets]

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 
 
 def test_packing_defaults_to_the_format(fast):

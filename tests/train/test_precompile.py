@@ -138,7 +138,7 @@ def test_a_setup_failure_waits_for_the_compile_threads(fast, tmp_path, monkeypat
     error's own exit code belonged. A data mistake is found before any compile starts."""
     import threading
 
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
     from zebractl.train import data
 
     release = threading.Event()

@@ -29,7 +29,7 @@ def test_recompute_is_refused_where_it_is_untested(cli, fast, tmp_path):
     ):
         r = cli("train", "tiny_kda", *fast.args(*sets), "--output", str(tmp_path / "x"))
         assert r.exit_code == 2 and needle in r.stderr, r.output
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
     from zebractl.train.engine import check_engine
 
     cfg = fast.resolve("tiny_kda", "recompute.mode=full", "kernels.cuda_graph=true").run

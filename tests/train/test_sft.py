@@ -18,8 +18,8 @@ pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 
 
 def _train(recipe, out, *sets, console=None):

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from zebractl.config.errors import ConfigError  # noqa: E402
+from zebractl.errors import ConfigError  # noqa: E402
 from zebractl.run import checkpoint as ckpt  # noqa: E402
 from zebractl.train import trainer as trainer_mod  # noqa: E402
 

@@ -17,18 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from zebractl.config.errors import ConfigError, PlainError, first_line
 from zebractl.deps import missing_hint
+from zebractl.errors import CheckFailed, ConfigError, PlainError, first_line
 
 if TYPE_CHECKING:  # pydantic is imported only by commands that print a report
     from zebractl.schemas.reports import Report
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_CHECK, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 SCHEMA_VERSION = 1
-
-
-class CheckFailed(Exception):
-    """A check ran and failed (exit code 3). The message has been printed already or is printed."""
 
 
 class _State:

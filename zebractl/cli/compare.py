@@ -75,7 +75,7 @@ def compare(
     writing to exits 2 naming it. RUN_B is only read. With --fla the reference is trained under
     RUN_A's lock, and the trainer locks RUN_A-fla-reference itself.
     """
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     require("compare")
     from zebractl.compare import report as rep
@@ -121,7 +121,7 @@ def _compare(
             run_b = rep.fla_reference(run_a, console=say)
         assert run_b is not None
         data = rep.compare(run_a, run_b, force=force)
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
     from zebractl.schemas.reports import CompareReport
 
     finetune = data["kind"] == "finetune"

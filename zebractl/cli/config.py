@@ -18,17 +18,9 @@ from zebractl.cli._common import (
     guarded,
 )
 from zebractl.cli._examples import epilog
+from zebractl.util import flatten
 
 app = typer.Typer(help="Show, validate and compare resolved configs.", no_args_is_help=True)
-
-
-def _flat(values: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(values, dict):
-        out: dict[str, Any] = {}
-        for k, v in values.items():
-            out |= _flat(v, f"{prefix}{k}.")
-        return out
-    return {prefix.rstrip("."): values}
 
 
 def _fmt(value: Any) -> str:
@@ -79,7 +71,7 @@ def show(
     # config diff: a source folded inside a narrow third column would break file:line in two
     table = _tables.table(f"{r.kind} {r.name} ({r.source})", [("key", "key"), ("value", "value")])
     t = _tables.text
-    for key, value in _flat(values).items():
+    for key, value in flatten(values).items():
         table.add_row(t(key), t(_fmt(value), r.provenance.get(key, "default")))
     if derived is not None:
         for key, value in derived.model_dump(mode="json").items():
@@ -100,8 +92,8 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate presets and recipes; exit 2 if any is invalid."""
-    from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_any
+    from zebractl.errors import ConfigError
     from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
 
     results = []
@@ -141,7 +133,7 @@ def diff(
     from zebractl.schemas.reports import ConfigDifference, ConfigDiffReport
 
     ra, rb = resolve_any(a), resolve_any(b)
-    fa, fb = _flat(ra.values()), _flat(rb.values())
+    fa, fb = flatten(ra.values()), flatten(rb.values())
     rows = [
         ConfigDifference(
             key=key,

@@ -64,7 +64,7 @@ def convert(
     hybrids and Mamba2 zebractl's ZebraForCausalLM (`import zebractl.hf`); then
     `AutoModelForCausalLM.from_pretrained(OUTPUT)`. Check the result with `zebractl verify`.
     """
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     if to not in ("hf", "megatron"):
         raise ConfigError(f"--to {to}: expected hf or megatron")

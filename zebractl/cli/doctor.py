@@ -33,8 +33,8 @@ def doctor(
     FLA does without triton) and zebractl's own modules for it; prints the versions of the stack
     and the GPU torch sees. Exit 3 when a command asked about cannot run.
     """
-    from zebractl.config.errors import ConfigError
     from zebractl.deps import EXTRA_FOR, NEEDS, probe, versions
+    from zebractl.errors import ConfigError
 
     wanted = list(commands or NEEDS)
     for c in wanted:

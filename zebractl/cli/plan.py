@@ -56,8 +56,8 @@ def plan(
     """
 
     from zebractl.config.catalog import reference
-    from zebractl.config.errors import ConfigError
     from zebractl.config.resolve import resolve_recipe
+    from zebractl.errors import ConfigError
     from zebractl.planning.plan import Plan
 
     ref = reference(recipe)

@@ -9,9 +9,10 @@ from typing import Any
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, CheckFailed, emit_json, err, guarded
+from zebractl.cli._common import JSON_HELP, emit_json, err, guarded
 from zebractl.cli.completion import choices
 from zebractl.deps import require
+from zebractl.errors import CheckFailed
 
 
 @guarded
@@ -103,7 +104,7 @@ def prepare(
     if verify is not None:
         _verify(verify, json_out)
         return
-    from zebractl.config.errors import ConfigError
+    from zebractl.errors import ConfigError
 
     if output is None:
         raise ConfigError("--output DIR is required (where the dataset is written)")

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from zebractl.cli._common import CheckFailed, guarded
+from zebractl.cli._common import guarded
 from zebractl.cli._examples import epilog
+from zebractl.errors import CheckFailed
 
 app = typer.Typer(
     help="JSON Schema files for presets, recipes and --json reports.", no_args_is_help=True

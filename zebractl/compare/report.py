@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError, first_line
+from zebractl.errors import ConfigError, first_line
+from zebractl.util import flatten
 
 TOLERANCES = {"iteration1_abs": 1e-3, "last_half_pct": 1.0, "eval_pp": 1.0}
 """Defaults of --assert: iteration-1 |Δloss|, last-half mean |Δ%| of the loss, eval mean |Δ| (pp)."""
@@ -55,15 +56,6 @@ class Run:
     eval: Any  # EvalReport | None
     init: Any = None  # InitRecord | None: RUN/init.json
     history: list[Any] | None = None  # ConfigHistoryEntry: RUN/config.history.jsonl (or found)
-
-
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict) and d:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out |= _flat(v, f"{prefix}{k}.")
-        return out
-    return {prefix.rstrip("."): d}
 
 
 def check_run(path: Path) -> Path:
@@ -128,7 +120,10 @@ def config_changes(run: Run, side: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     history = run.history or []
     for prev, cur in zip(history, history[1:], strict=False):
-        fp, fc = _flat(prev.record.config), _flat(cur.record.config)
+        fp, fc = (
+            flatten(prev.record.config, keep_empty=True),
+            flatten(cur.record.config, keep_empty=True),
+        )
         for k in sorted(set(fp) | set(fc)):
             if _ignored(k) or fp.get(k) == fc.get(k):
                 continue
@@ -252,7 +247,7 @@ def relation(a: Run, b: Run) -> dict[str, Any] | None:
 
 def differences(a: Run, b: Run) -> list[dict[str, Any]]:
     """Every resolved key whose value differs, with each side's provenance."""
-    fa, fb = _flat(a.record.config), _flat(b.record.config)
+    fa, fb = flatten(a.record.config, keep_empty=True), flatten(b.record.config, keep_empty=True)
     out = []
     for k in sorted(set(fa) | set(fb)):
         if _ignored(k):

@@ -13,7 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 Kind = Literal["preset", "recipe"]
 _DIRS: dict[Kind, str] = {"preset": "presets", "recipe": "recipes"}

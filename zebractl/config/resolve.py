@@ -21,10 +21,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from zebractl.config import catalog
-from zebractl.config.errors import ConfigError
 from zebractl.config.yamlio import load_with_lines, parse_scalar
+from zebractl.errors import ConfigError
 from zebractl.schemas.preset import ModelConfig, model_problems
 from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
+from zebractl.util import flatten
 
 INHERIT_KEY = "extends"
 # Keys people reach for when they mean `extends`; named in the error so the fix is obvious.
@@ -103,13 +104,12 @@ def _read_chain(path: Path, kind: catalog.Kind, seen: tuple[Path, ...] = ()) -> 
     line = lines.pop(INHERIT_KEY)
     if not isinstance(ref, str) or not ref:
         raise ConfigError(
-            f"{display}:{line}: extends: expected the name or path of one {kind}, got {ref!r}",
-            key=INHERIT_KEY,
+            f"{display}:{line}: extends: expected the name or path of one {kind}, got {ref!r}"
         )
     try:
         parent = catalog.find(ref, kind, real.parent)
     except ConfigError as exc:
-        raise ConfigError(f"{display}:{line}: extends: {exc}", key=INHERIT_KEY) from None
+        raise ConfigError(f"{display}:{line}: extends: {exc}") from None
     return [*_read_chain(parent, kind, (*seen, real)), layer]
 
 
@@ -218,7 +218,7 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
                 child = node[part] = {}
             if not isinstance(child, dict):
                 raise ConfigError(
-                    f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section", key=key
+                    f"--set {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section"
                 )
             node = child
         for stale in [k for k in where if k == key or k.startswith(key + ".")]:
@@ -228,17 +228,8 @@ def apply_sets(raw: dict[str, Any], sets: list[str], where: dict[str, str]) -> N
         if node[parts[-1]] is not None:
             _clear_exclusive(raw, key, where)
         if isinstance(node[parts[-1]], dict):
-            for leaf in _leaf_keys(node[parts[-1]], key):
+            for leaf in flatten(node[parts[-1]], key):
                 where[leaf] = "--set"
-
-
-def _leaf_keys(value: Any, prefix: str) -> list[str]:
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            out += _leaf_keys(v, f"{prefix}.{k}" if prefix else k)
-        return out
-    return [prefix]
 
 
 # ---- validation and error rendering ----------------------------------------------------------------
@@ -426,22 +417,13 @@ def _validate(
     found = run_problems(cfg) if isinstance(cfg, RunConfig) else model_problems(cfg)
     if found:
         lines = [f"{_source_of(k, where, default_src)}: {k}: {msg}" for k, msg in found]
-        raise ConfigError("\n".join(lines), problems=lines, key=found[0][0])
+        raise ConfigError("\n".join(lines), problems=lines)
     return cfg
-
-
-def _leaves(value: Any, prefix: str = "") -> list[str]:
-    if isinstance(value, dict):
-        out: list[str] = []
-        for k, v in value.items():
-            out += _leaves(v, f"{prefix}{k}.")
-        return out
-    return [prefix.rstrip(".")]
 
 
 def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
     dumped = cfg.model_dump(mode="json", by_alias=True)
-    return {leaf: where.get(leaf, "default") for leaf in _leaves(dumped)}
+    return {leaf: where.get(leaf, "default") for leaf in flatten(dumped)}
 
 
 # ---- entry points ----------------------------------------------------------------------------------
@@ -503,19 +485,18 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
             f"{source}: preset: required key is missing (name the architecture, e.g. "
             "`preset: kda_300M`; `zebractl presets` lists them)"
         )
-        raise ConfigError("\n".join(problems), problems=problems, key="preset")
+        raise ConfigError("\n".join(problems), problems=problems)
     named_at = f"{preset_layer.display}:{preset_layer.lines['preset']}" if preset_layer else "--set"
     if not isinstance(preset_ref, str):
         raise ConfigError(
-            f"{named_at}: preset: expected a preset name or path, got {_describe(preset_ref)}",
-            key="preset",
+            f"{named_at}: preset: expected a preset name or path, got {_describe(preset_ref)}"
         )
     try:
         preset_path = catalog.find(
             preset_ref, "preset", preset_layer.path.parent if preset_layer else None
         )
     except ConfigError as exc:
-        raise ConfigError(f"{named_at}: preset: {exc}", key="preset") from None
+        raise ConfigError(f"{named_at}: preset: {exc}") from None
 
     raw: dict[str, Any] = {"model": {}}
     where: dict[str, str] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 MAX_NODES = 100_000
 """Values a document may expand to, aliases included (shipped configs hold a few hundred)."""
@@ -167,15 +167,13 @@ def _convert(
             key = _value(key_node, loader, budget, inner)
             if not isinstance(key, str):
                 raise ConfigError(
-                    f"{where}:{key_node.start_mark.line + 1}: key {key!r} must be a string",
-                    key=prefix.rstrip(".") or None,
+                    f"{where}:{key_node.start_mark.line + 1}: key {key!r} must be a string"
                 )
             dotted = prefix + key
             if key in out:
                 raise ConfigError(
                     f"{where}:{key_node.start_mark.line + 1}: {dotted}: duplicate key "
-                    f"(first set on line {lines[dotted]})",
-                    key=dotted,
+                    f"(first set on line {lines[dotted]})"
                 )
             lines[dotted] = key_node.start_mark.line + 1
             out[key] = _convert(value_node, loader, dotted + ".", lines, budget, inner)

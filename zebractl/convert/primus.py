@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from zebractl.config.errors import ConfigError
 from zebractl.convert.mapping import MAMBA2_MIXER_TENSORS, MappingError
+from zebractl.errors import ConfigError
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 LOGITS_RTOL_FP32 = 1e-5
 """Tier 3 on CPU in fp32: max |ours - theirs| / max |theirs|."""

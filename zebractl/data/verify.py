@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
-from zebractl.data.prepare import sha256_file
+from zebractl.errors import ConfigError
+from zebractl.util import sha256_file
 
 
 def verify(folder: str | Path) -> dict[str, Any]:

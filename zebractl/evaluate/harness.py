@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError, first_line
+from zebractl.errors import ConfigError, first_line
 from zebractl.evaluate import tasks as T
 
 DEFAULT_MAX_LENGTH = 2048

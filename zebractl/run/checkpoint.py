@@ -21,7 +21,6 @@ next one. Only this module knows megatron's checkpoint files.
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import re
 import shutil
@@ -34,9 +33,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError, first_line
 from zebractl.run.records import CheckpointMarker, FileRecord
 from zebractl.run.rundir import utc_now, write_text_atomic
+from zebractl.util import sha256_file
 
 MARKER = "zebractl.json"
 _META = "metadata.json"  # megatron's: backend and version of the sharded format
@@ -134,11 +134,6 @@ def complete(root: Path) -> list[Checkpoint]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
 
@@ -170,7 +165,7 @@ def verify(folder: Path, *, checksums: bool = True) -> Checkpoint:
             raise DamagedCheckpoint(
                 folder, f"{rec.path} was {what} ({size:,} bytes, {rec.size:,} when saved)"
             )
-        if checksums and _sha256(path) != rec.sha256:
+        if checksums and sha256_file(path) != rec.sha256:
             raise DamagedCheckpoint(folder, f"{rec.path} changed since it was saved (checksum)")
     return Checkpoint(folder, marker)
 
@@ -211,7 +206,7 @@ def _seal(tmp: Path, final: Path, marker: CheckpointMarker, keep_last: int) -> N
     """Complete a fully written ``tmp`` folder (writer rank only): hash every file, write the
     marker, rename ``tmp`` to ``final`` and prune the checkpoints beside it to ``keep_last``."""
     files = [
-        FileRecord(path=str(p.relative_to(tmp)), size=p.stat().st_size, sha256=_sha256(p))
+        FileRecord(path=str(p.relative_to(tmp)), size=p.stat().st_size, sha256=sha256_file(p))
         for p in _files(tmp)
     ]
     done = marker.model_copy(update={"files": files, "created": utc_now()})
@@ -423,7 +418,7 @@ class HostStaging:
             exc, self._error = self._error, None
             warnings.warn(
                 f"zebractl: the checkpoint staging memory could not be allocated ahead "
-                f"({_first_line(exc)}); saves stage into memory allocated when they start",
+                f"({first_line(exc, type(exc).__name__)}); saves stage into memory allocated when they start",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -459,10 +454,6 @@ class HostStaging:
 
 def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class AsyncSaver:
@@ -603,7 +594,7 @@ class AsyncSaver:
         except BaseException as exc:  # noqa: BLE001 - torch's CheckpointException is a BaseException
             self._pending = None
             raise SaveFailed(
-                f"checkpoint {p.final} was not saved: writing it failed ({_first_line(exc)}); "
+                f"checkpoint {p.final} was not saved: writing it failed ({first_line(exc, type(exc).__name__)}); "
                 f"{p.tmp} stays incomplete"
             ) from exc
         p.stage = "seal"
@@ -626,7 +617,11 @@ class AsyncSaver:
         """Close the save in flight: raise its error everywhere, or report its checkpoint."""
         self._pending = None
         if failed:
-            why = _first_line(p.error) if p.error is not None else "it failed on rank 0"
+            why = (
+                first_line(p.error, type(p.error).__name__)
+                if p.error is not None
+                else "it failed on rank 0"
+            )
             raise SaveFailed(
                 f"checkpoint {p.final} was not completed: hashing and marking it failed ({why}); "
                 f"{p.tmp} stays incomplete"
@@ -669,7 +664,7 @@ def load(folder: Path, template: dict[str, Any]) -> dict[str, Any]:
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - torch's CheckpointException is a BaseException
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc, type(exc).__name__)
         raise DamagedCheckpoint(
             folder, f"cannot be loaded ({type(exc).__name__}: {first})"
         ) from None

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from zebractl.config.errors import DISK_ERRNOS, PlainError, first_line
+from zebractl.errors import DISK_ERRNOS, PlainError, first_line
 from zebractl.run import checkpoint as ckpt
 
 _REMEDY = {

@@ -4,7 +4,7 @@
 ``fcntl.flock``: the kernel releases the lock when the process ends however it ends (a crash,
 SIGKILL, an out-of-memory kill), so a lock is never left held by a dead process. The file names its
 holder (:class:`LockHolder`: command, PID, host, start time) for the message of a second writer, which
-fails at once (:class:`~zebractl.config.errors.ConfigError`, exit 2) instead of waiting. A clean
+fails at once (:class:`~zebractl.errors.ConfigError`, exit 2) instead of waiting. A clean
 release empties the file; a file that still names a holder when its lock is free was left by a
 process that died holding it: the next writer takes it over with a note naming the old PID.
 
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from zebractl.config.errors import DISK_ERRNOS, ConfigError
+from zebractl.errors import DISK_ERRNOS, ConfigError
 from zebractl.run.disk import DiskError
 from zebractl.run.rundir import utc_now
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.run.records import MetricsRow, TrainRow, ValRow
 from zebractl.run.rundir import RunDir, write_text_atomic
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from zebractl.config.errors import DISK_ERRNOS, ConfigError
+from zebractl.errors import DISK_ERRNOS, ConfigError
 from zebractl.run.records import (
     ConfigHistoryEntry,
     InitRecord,

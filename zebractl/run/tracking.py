@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebractl.config.errors import ConfigError
 from zebractl.deps import install_hint
+from zebractl.errors import ConfigError
 from zebractl.run.lock import writer_root
 from zebractl.run.metrics import scalars
 from zebractl.run.records import ResolvedConfigRecord, TrackerRecord, TrainRow, ValRow

@@ -13,8 +13,9 @@ def launched_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
-    """Make sure torch.distributed and megatron's parallel state exist.
+def ensure_initialized() -> None:
+    """Make sure torch.distributed and megatron's parallel state exist (one model-parallel rank:
+    no tensor, pipeline or context parallelism).
 
     Under torchrun (RANK/WORLD_SIZE set) this joins the job; without a launcher it creates a
     one-process group on an in-memory store (no ports), which is all a single-device run, a
@@ -36,7 +37,7 @@ def ensure_initialized(tp: int = 1, pp: int = 1, cp: int = 1) -> None:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp
+            tensor_model_parallel_size=1, pipeline_model_parallel_size=1, context_parallel_size=1
         )
 
 

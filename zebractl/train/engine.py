@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.schemas.recipe import RunConfig
 
 TORCH_OPTIMIZERS = {"adamw": torch.optim.AdamW}

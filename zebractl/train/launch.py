@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.train.progress import NO_BAR_ENV
 
 if TYPE_CHECKING:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zebractl.errors import first_line
 from zebractl.schemas.recipe import RunConfig
 
 
@@ -50,7 +51,7 @@ class Precompile:
             helper.join()
         waited = time.perf_counter() - t0
         if self.error is not None:
-            first = (str(self.error).strip().splitlines() or [type(self.error).__name__])[0]
+            first = first_line(self.error, type(self.error).__name__)
             return (
                 f"note: compiling the kernels in the background failed ({type(self.error).__name__}:"
                 f" {first}); the first step compiles them"

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 
 REFERENCES = ("fla",)
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from zebractl import __version__
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError, TrainingError
 from zebractl.planning.flops import flops_per_token
 from zebractl.run import checkpoint as ckpt
 from zebractl.run import disk
@@ -58,10 +58,6 @@ from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
 from zebractl.train.signals import StopFlag
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
-
-
-class TrainingError(RuntimeError):
-    """A run stopped for a reason the user must see (NaN loss, data exhausted, ...): exit 1."""
 
 
 @dataclass

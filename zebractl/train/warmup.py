@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zebractl.config.errors import ConfigError
+from zebractl.errors import ConfigError
 from zebractl.schemas.recipe import RunConfig
 
 
