@@ -112,6 +112,107 @@ def test_recomputation_with_segments_changes_nothing(mode):
     assert all(torch.equal(g[k], g2[k]) for k in g)
 
 
+def _per_document_kernel(takes_scale: bool):
+    """A CPU stand-in for flash's variable-length kernel: SDPA over each document, causal."""
+
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, **causal):
+        assert causal in ({"is_causal": True}, {"window_size": (-1, 0)})
+        assert cu_q.dtype == torch.int32 and torch.equal(cu_q, cu_k)
+        lengths = (cu_q[1:] - cu_q[:-1]).tolist()
+        assert max_q == max_k == max(lengths) and q.shape[-1] % 8 == 0
+        outs = []
+        for a, b in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), strict=True):
+            d = [t[a:b].transpose(0, 1) for t in (q, k, v)]  # [H, n, D]
+            o = torch.nn.functional.scaled_dot_product_attention(*d, is_causal=True, scale=scale)
+            outs.append(o.transpose(0, 1))
+        return torch.cat(outs)
+
+    if takes_scale:
+        return kernel, {"window_size": (-1, 0)}, True
+    return (lambda *a, **kw: kernel(*a, **kw)), {"is_causal": True}, False
+
+
+@pytest.mark.parametrize("takes_scale", [True, False], ids=["scale", "no_scale"])
+def test_variable_length_attention_equals_the_bias(monkeypatch, takes_scale):
+    """MLA's variable-length path (the batch flattened, values padded to the query size, the
+    scale passed or folded into q) gives the bias path's hidden states and gradients: fp32 on the
+    CPU with a per-document SDPA standing in for flash's kernel, tolerance 1e-5 relative."""
+    from zebractl.model import attention
+    from zebractl.model import model as model_mod
+
+    m = resolve_preset("tiny_hybrid").config
+    ids, _ = _rows(m.vocab_size)
+    print(f"seed {SEED}")
+
+    def run():
+        model = build_model(m, seed=SEED)
+        loss, n = model(ids, labels=torch.roll(ids, -1, 1), segments=Segments.from_tokens(ids, EOD))
+        (loss / n).backward()
+        return loss.detach(), {k: p.grad for k, p in model.named_parameters()}
+
+    loss, grads = run()
+    monkeypatch.setattr(attention, "_varlen_kernel", lambda: _per_document_kernel(takes_scale))
+    calls = []
+
+    def usable(device, dtype, dropout_p):
+        calls.append(dtype)
+        return True
+
+    monkeypatch.setattr(attention, "varlen_usable", usable)
+    monkeypatch.setattr(model_mod, "varlen_usable", usable)
+    loss2, grads2 = run()
+    assert calls  # the variable-length path ran
+    assert torch.allclose(loss, loss2, rtol=1e-5)
+    for k, g in grads.items():
+        assert (g - grads2[k]).norm() <= 1e-5 * g.norm() + 1e-7, k
+
+
+def test_variable_length_attention_is_for_cuda_half_precision_without_dropout():
+    from zebractl.model.attention import varlen_usable
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not varlen_usable(cpu, torch.bfloat16, 0.0)
+    assert not varlen_usable(cuda, torch.float32, 0.0)
+    assert not varlen_usable(cuda, torch.bfloat16, 0.1)
+
+
+@pytest.mark.gpu
+def test_flash_variable_length_attention_on_the_gpu():
+    """On the GPU, documents kept apart run flash's variable-length kernel (this torch has one),
+    and its loss and gradients match the bias path's (SDPA's memory-efficient kernel): bf16
+    autocast, loss within 1e-2 relative, each gradient within 5% of its norm."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from zebractl.model import attention
+    from zebractl.model import model as model_mod
+
+    assert attention.varlen_usable(torch.device("cuda"), torch.bfloat16, 0.0)
+    m = resolve_preset("tiny_hybrid").config
+    ids, _ = _rows(m.vocab_size, [[100, 300, 112], [512], [64, 64, 384]], device="cuda")
+    print(f"seed {SEED}")
+
+    def run():
+        model = build_model(m, seed=SEED, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            seg = Segments.from_tokens(ids, EOD)
+            loss, n = model(ids, labels=torch.roll(ids, -1, 1), segments=seg)
+        (loss / n).backward()
+        return loss.detach().float(), {k: p.grad.float() for k, p in model.named_parameters()}
+
+    loss, grads = run()
+    patch = pytest.MonkeyPatch()
+    try:
+        for mod in (attention, model_mod):
+            patch.setattr(mod, "varlen_usable", lambda *a: False)
+        ref_loss, ref_grads = run()
+    finally:
+        patch.undo()
+    print(f"loss {loss.item():.6f} (flash varlen) vs {ref_loss.item():.6f} (bias)")
+    assert torch.allclose(loss, ref_loss, rtol=1e-2)
+    for k, g in ref_grads.items():
+        assert (g - grads[k]).norm() <= 5e-2 * g.norm() + 1e-6, k
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
 def test_fla_variable_length_kernels_keep_documents_apart(name):

@@ -298,3 +298,21 @@ def test_plan_is_within_10_percent_of_every_measured_peak():
         errors[f"{recipe} {' '.join(sets[3:])}"] = round(plan["total_gib"] / peak - 1, 4)
     print(errors)
     assert all(abs(e) <= 0.10 for e in errors.values()), errors
+
+
+def test_documents_kept_apart_cost_mla_a_bias_only_where_flash_cannot_serve():
+    """Isolated packing adds MLA's [T, T] bias per sample to the plan only where flash's
+    variable-length kernel does not serve (fp32, attention dropout); bf16 without dropout: none."""
+
+    def activations(*sets):
+        base = ["parallelism.num_gpus=1", "batch.micro=1", "data.seq_length=4096", *sets]
+        cfg = resolve_recipe("zebra_mamba_1B_hybrid_1gpu", base).run
+        return Plan("x", cfg).to_dict()["memory_per_gpu"]["activations_gib"]
+
+    bias_gib = 4096 * 4096 * 2 / 2**30
+    concat = activations("data.packing=concat")
+    assert activations("data.packing=isolated") == pytest.approx(concat, abs=1e-3)
+    dropout = ["model.dropout.attention=0.1"]
+    assert activations("data.packing=isolated", *dropout) == pytest.approx(
+        activations("data.packing=concat", *dropout) + bias_gib, abs=0.01
+    )

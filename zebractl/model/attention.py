@@ -2,8 +2,13 @@
 
 megatron 0.16.1's local DotProductAttention cannot serve MLA (it rejects the k/v channel arguments MLA
 passes, and materialises [b, n, s, s] scores); ours calls ``F.scaled_dot_product_attention`` (flash or
-memory-efficient kernels on CUDA) with causal masking and MLA's softmax scale, or, for documents
-kept apart (``data.packing: isolated``), with their block-diagonal causal bias.
+memory-efficient kernels on CUDA) with causal masking and MLA's softmax scale. For documents kept
+apart (``data.packing: isolated``) it calls flash attention's variable-length kernel
+(``torch.nn.attention.varlen``) with the documents' offsets where that kernel serves (a CUDA tensor
+in bf16/fp16, no attention dropout: :func:`varlen_usable`), and SDPA with the documents'
+block-diagonal causal bias elsewhere (CPU, fp32, dropout). The bias costs ``[B, T, T]`` memory and
+runs SDPA's memory-efficient kernel instead of flash's: on the H200 the SFT run with it trained at
+0.885x of pretraining at the same shape (benchmarks/README.md).
 
 MLA's constructor needs :func:`zebractl.runtime.megatron_compat.patched` (no TE, no CUDA), entered by
 :func:`build_mla` for exactly that call. Its forward needs no patch: megatron's rotary module is
@@ -11,6 +16,9 @@ replaced by :class:`RotaryTable`, which computes the same table on the model's d
 """
 
 from __future__ import annotations
+
+import functools
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +66,9 @@ class SDPACoreAttention(MegatronModule):
         :class:`~zebractl.model.segments.Segments` (causal within each document)."""
         if packed_seq_params is not None:
             raise NotImplementedError("packed sequences are not supported by SDPACoreAttention")
+        dropout_p = self.dropout_p if self.training else 0.0
+        if attention_mask is not None and varlen_usable(query.device, query.dtype, dropout_p):
+            return varlen_attention(query, key, value, attention_mask, self.softmax_scale)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, n, s, d]
         bias = None if attention_mask is None else attention_mask.attention_bias(q.dtype)
         o = F.scaled_dot_product_attention(
@@ -67,13 +78,65 @@ class SDPACoreAttention(MegatronModule):
             attn_mask=bias,
             is_causal=bias is None,
             scale=self.softmax_scale,
-            dropout_p=self.dropout_p if self.training else 0.0,
+            dropout_p=dropout_p,
         )
         s, b = query.shape[0], query.shape[1]
         return o.permute(2, 0, 1, 3).reshape(s, b, -1)
 
     def sharded_state_dict(self, prefix="", sharded_offsets=(), metadata=None):
         return {}
+
+
+@functools.cache
+def _varlen_kernel():
+    """``(varlen_attn, its causal keyword arguments, whether it takes ``scale``)``, or None where
+    this torch has no variable-length attention. torch 2.10 spells causality ``is_causal=True``;
+    later versions ``window_size=(-1, 0)`` and add ``scale``."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "is_causal" in params:
+        causal = {"is_causal": True}
+    elif "window_size" in params:
+        causal = {"window_size": (-1, 0)}
+    else:
+        return None
+    return varlen_attn, causal, "scale" in params
+
+
+def varlen_usable(device: torch.device, dtype: torch.dtype, dropout_p: float) -> bool:
+    """Whether documents kept apart go through flash's variable-length kernel (else the bias)."""
+    return (
+        device.type == "cuda"
+        and dtype in (torch.bfloat16, torch.float16)
+        and dropout_p == 0.0
+        and _varlen_kernel() is not None
+    )
+
+
+def varlen_attention(query, key, value, segments, softmax_scale: float | None):
+    """Causal attention within each document of ``segments``, megatron's ``[s, b, n, d]`` in,
+    ``[s, b, n * dv]`` out. The batch runs as one sequence of ``b * s`` tokens (the order of
+    ``segments.cu_seqlens``). Flash needs one head size for q, k and v (a multiple of 8): MLA's
+    values (128) are zero-padded to its query/key size (192) and the padding cut from the output;
+    the scale is taken from the unpadded query size."""
+    kernel, causal, takes_scale = _varlen_kernel()
+    s, b, n, dq = query.shape
+    dv = value.shape[-1]
+    scale = softmax_scale if softmax_scale is not None else dq**-0.5
+    width = -(-max(dq, dv) // 8) * 8
+    q, k, v = (
+        F.pad(t.transpose(0, 1).reshape(b * s, t.shape[2], t.shape[3]), (0, width - t.shape[3]))
+        for t in (query, key, value)
+    )
+    if not takes_scale:  # the kernel's own scale is 1/sqrt(width)
+        q = q * (scale * width**0.5)
+    cu, max_len = segments.varlen_args()
+    extra = {"scale": scale} if takes_scale else {}
+    o = kernel(q, k, v, cu, cu, max_len, max_len, **causal, **extra)
+    return o[..., :dv].reshape(b, s, n * dv).transpose(0, 1).contiguous()
 
 
 class RotaryTable(nn.Module):

@@ -17,7 +17,7 @@ from megatron.core.transformer.module import MegatronModule
 from torch import nn
 
 from zebractl.model import ops, recompute
-from zebractl.model.attention import build_mla
+from zebractl.model.attention import build_mla, varlen_usable
 from zebractl.model.layers import (
     MLPS,
     AttentionSublayer,
@@ -159,7 +159,12 @@ class ZebraModel(LanguageModule):
         x = self.embedding(input_ids)
         if segments is not None and "mla" in self.model_config.sublayers:
             # made here, outside any recomputed region, and shared by every MLA layer
-            segments.attention_bias(_compute_dtype(x))
+            dtype = _compute_dtype(x)
+            dropout = self.config.attention_dropout if self.training else 0.0
+            if varlen_usable(x.device, dtype, dropout):
+                segments.varlen_args()
+            else:
+                segments.attention_bias(dtype)
         return self.decoder(x, segments)
 
     def forward(

@@ -8,14 +8,15 @@ token sees its own document only:
 - the recurrent mixers (KDA, GDN, Mamba2's SSD) and their short convolutions restart at each
   document. FLA's kernels take the batch flattened to one sequence with the documents' offsets
   (``cu_seqlens``, their variable-length mode); the torch path runs each document on its own;
-- MLA attends within the document (a block-diagonal causal mask). RoPE's angles stay those of the
+- MLA attends within the document (flash's variable-length kernel on the documents' offsets, or a
+  block-diagonal causal mask: :mod:`zebractl.model.attention`). RoPE's angles stay those of the
   row's positions: a rotary score depends only on the distance between the two positions, so a
   document is scored as if it began at position 0;
 - the label after an EOD (the next document's first token) is not trained on.
 
 ``Segments`` is built once per micro-batch from the tokens (:meth:`Segments.from_tokens`) and
-handed down the decoder; the attention bias is made once, before the first sublayer, and shared by
-every MLA layer (and by their recomputation).
+handed down the decoder; MLA's inputs (the offsets in int32 and the longest document, or the bias)
+are made once, before the first sublayer, and shared by every MLA layer (and by their recomputation).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Segments:
     def __init__(self, doc: Tensor, cu_seqlens: Tensor) -> None:
         self.doc, self.cu_seqlens = doc, cu_seqlens
         self._bias: dict[torch.dtype, Tensor] = {}
+        self._varlen: tuple[Tensor, int] | None = None
 
     @classmethod
     def from_tokens(cls, tokens: Tensor, eod: int) -> Segments:
@@ -62,6 +64,14 @@ class Segments:
             bias.masked_fill_(~allowed, float("-inf"))
             bias = self._bias[dtype] = bias[:, None]
         return bias
+
+    def varlen_args(self) -> tuple[Tensor, int]:
+        """``(cu_seqlens as int32, the longest document's length)``, as flash's variable-length
+        kernel takes them. Made once (the length is read back from the device)."""
+        if self._varlen is None:
+            cu = self.cu_seqlens.to(torch.int32)
+            self._varlen = (cu, int((cu[1:] - cu[:-1]).max().item()))
+        return self._varlen
 
     def flatten(self, x: Tensor) -> Tensor:
         """``[B, T, ...]`` as the one sequence ``[1, B * T, ...]`` that ``cu_seqlens`` indexes."""

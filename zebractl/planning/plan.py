@@ -182,8 +182,10 @@ def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEsti
         lm_per_sample = tokens * (h * act_dtype + v * act_dtype / cfg.kernels.fused_ce_chunks)
     else:
         lm_fixed, lm_per_sample = 0.0, tokens * v * (act_dtype + 4)  # logits + fp32 softmax
-    # documents kept apart: MLA's block-diagonal bias, one [T, T] per sample shared by its layers
-    bias = tokens * tokens * act_dtype if cfg.data.isolated and "mla" in m.sublayers else 0.0
+    # documents kept apart: MLA's block-diagonal bias, one [T, T] per sample shared by its layers,
+    # unless flash's variable-length kernel serves (bf16/fp16 without attention dropout)
+    biased = cfg.data.isolated and "mla" in m.sublayers
+    bias = tokens * tokens * act_dtype if biased and not (mixed and m.dropout.attention == 0) else 0.0
     # With 1F1B the first pipeline stage holds pp micro-batches of 1/pp of the layers: about the
     # activations of the whole model for one micro-batch, whatever pp is.
     return MemoryEstimate(
