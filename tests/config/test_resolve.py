@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from zebractl.config.resolve import resolve_any, resolve_preset, resolve_recipe
 from zebractl.errors import ConfigError
+from zebractl.run.resolve import resolve_any, resolve_preset, resolve_recipe
 
 BODY = """
 data:

@@ -95,8 +95,7 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, f
     if written == "fla":  # FLA's classes on CPU: through FLA's references
         code = code.replace(
             "out = m.generate",
-            "from zebractl.convert.fla_reference import on_cpu\n"
-            "with on_cpu():\n    out = m.generate",
+            "from zebractl.runtime.fla_cpu import on_cpu\nwith on_cpu():\n    out = m.generate",
         )
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -104,8 +103,9 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, f
 
 
 def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp_path):
-    from zebractl.convert.hf import export_hf, read_safetensors
+    from zebractl.convert.hf import export_hf
     from zebractl.convert.verify import verify
+    from zebractl.hf.load import read_safetensors
 
     run = trained("tiny_kda")
     res = export_hf(run, tmp_path / "hf", max_shard_bytes=2**20, console=lambda s: None)

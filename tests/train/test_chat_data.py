@@ -57,8 +57,9 @@ def _sets(chat_data, *more):
 def test_marked_labels_are_the_assistant_tokens(fast, chat_data):
     """Every sample's trained labels, decoded, are assistant answers and their end markers, and
     nothing of a user turn."""
+    from zebractl.data.spec import resolve_data
     from zebractl.data.tokenizer import load_tokenizer
-    from zebractl.train.data import build_datasets, resolve_data
+    from zebractl.train.data import build_datasets
 
     dist.ensure_initialized()
     cfg = fast.resolve("tiny_kda", *_sets(chat_data)).run
@@ -80,7 +81,8 @@ def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path
     """One step at micro 8 (no accumulation), 2 (4 steps) and 1 (8 steps) of the same global
     batch of 8: the same loss and gradient norm to 1e-6, although the micro-batches hold different
     numbers of marked tokens (a mean per micro-batch would differ)."""
-    from zebractl.train.data import build_datasets, resolve_data
+    from zebractl.data.spec import resolve_data
+    from zebractl.train.data import build_datasets
 
     dist.ensure_initialized()
     cfg = fast.resolve("tiny_kda", *_sets(chat_data)).run

@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch")
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.data import demo  # noqa: E402
 from zebractl.data.prepare import PrepareOptions, prepare  # noqa: E402
+from zebractl.data.spec import resolve_data  # noqa: E402
 from zebractl.errors import ConfigError  # noqa: E402
 from zebractl.runtime import dist  # noqa: E402
-from zebractl.train.data import build_datasets, resolve_data  # noqa: E402
+from zebractl.train.data import build_datasets  # noqa: E402
 
 TEXT = ["The quick brown fox jumps over the lazy dog. " * 20 + str(i) for i in range(60)]
 

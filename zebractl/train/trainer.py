@@ -159,8 +159,8 @@ class Trainer:
     def setup(self) -> None:
         """Process group, checks, data, model and engine, schedule, resume, metrics."""
 
+        from zebractl.data.spec import resolve_data
         from zebractl.runtime import dist
-        from zebractl.train.data import resolve_data
         from zebractl.train.engine import check_engine
 
         cfg = self.cfg
@@ -424,11 +424,12 @@ class Trainer:
                 f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
             )
         if self.init_from is not None:
-            from zebractl.convert import hf
+            from zebractl.hf import load as hf_load
 
             loaded: ckpt.Checkpoint | None = None
-            if hf.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
-                hf.load_hf_into(self.model, self.init_from, cfg.model)
+            if hf_load.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
+                state = hf_load.state_for(self.model, self.init_from, cfg.model)
+                ckpt.load_model_state(self.model, state)
                 where = self.init_from
             else:
                 loaded = ckpt.load_weights(self.init_from, self.model)
