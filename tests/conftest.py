@@ -351,6 +351,25 @@ def fast(demo_data) -> FastRun:
 # ---- GPU sessions
 
 
+def _no_gpu_reason() -> str | None:
+    """Why this machine cannot run a ``gpu`` test (None: it can)."""
+    if importlib.util.find_spec("torch") is None:
+        return "needs torch and a CUDA GPU"
+    import torch
+
+    return None if torch.cuda.is_available() else "needs a CUDA GPU"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test marked ``gpu`` is skipped here, in one place, on a machine without a CUDA GPU
+    (no test writes its own skip for that)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = _no_gpu_reason() if gpu else None
+    if reason is not None:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _gpu_kernel_cache(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[None]:
     """A session that runs GPU tests gets the kernel cache a ``zebractl train`` process sets up

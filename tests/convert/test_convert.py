@@ -270,7 +270,6 @@ read), and FLA's kernels are what the shipped models run at these sizes."""
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
     """The GPU tier: a bf16 export, our model and its class (FLA's, or ZebraForCausalLM for the
