@@ -8,7 +8,7 @@ style, counted in samples), and resumes from the newest intact checkpoint of the
 batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
 checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
 
-With ``checkpoint.async_save`` (opt-in; :class:`zebractl.run.checkpoint.AsyncSaver`) saves run in
+With ``checkpoint.async_save`` (opt-in; :class:`zebractl.run.async_save.AsyncSaver`) saves run in
 the background: training pauses while the state is staged and megatron's writer is forked, the
 files are written, hashed and marked in the background, every step boundary polls the save in
 flight, and the run waits for it before the next save, on a stop and at the end: a run never
@@ -41,8 +41,8 @@ import torch
 from zebractl import __version__
 from zebractl.errors import ConfigError, TrainingError
 from zebractl.planning.flops import flops_per_token
+from zebractl.run import async_save, disk
 from zebractl.run import checkpoint as ckpt
-from zebractl.run import disk
 from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import (
     CheckpointMarker,
@@ -142,7 +142,7 @@ class Trainer:
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
         self.last_saved: int | None = None  # the newest iteration saved or being saved
-        self.saver: ckpt.AsyncSaver | None = None  # checkpoint.async_save
+        self.saver: async_save.AsyncSaver | None = None  # checkpoint.async_save
         self._save_need = 0.0  # bytes the save in flight writes (about)
         self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
@@ -347,10 +347,10 @@ class Trainer:
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
         if cfg.checkpoint.async_save and cfg.checkpoint.enabled:
-            staging = ckpt.HostStaging()
+            staging = async_save.HostStaging()
             if self.device.type == "cuda":  # room for a whole save, allocated while training starts
                 staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
-            self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
+            self.saver = async_save.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
         self._resume()
         self.last_saved = self.iteration if self.resumed_from is not None else None
         if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
@@ -602,7 +602,7 @@ class Trainer:
             with self._saving(self.saver.pending, self._save_need):
                 self._report(self.saver.wait())
 
-    def _report(self, done: ckpt.SaveDone | None) -> None:
+    def _report(self, done: async_save.SaveDone | None) -> None:
         if done is not None:
             self.console(f"checkpoint {done.folder.name} complete in {done.seconds:.1f} s")
 
