@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 
 def launched_world() -> tuple[int, int]:
@@ -58,3 +59,19 @@ def scoped() -> Iterator[None]:
             parallel_state.destroy_model_parallel()
         if not had_group:
             dist.destroy_process_group()
+
+
+_CPU_GROUP: Any = None
+
+
+def cpu_group() -> Any:
+    """A gloo group for small collectives between steps (the stop agreement, a checkpoint's
+    verdict): no GPU synchronisation. Made once per process."""
+    global _CPU_GROUP
+    import torch.distributed as tdist
+
+    if _CPU_GROUP is None:
+        # one-process-per-GPU runs use "cpu:gloo,cuda:nccl": CPU tensors already go through gloo
+        gloo = "gloo" in str(tdist.get_backend())
+        _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
+    return _CPU_GROUP

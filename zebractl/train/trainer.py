@@ -8,12 +8,10 @@ style, counted in samples), and resumes from the newest intact checkpoint of the
 batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
 checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
 
-With ``checkpoint.async_save`` (opt-in; :class:`zebractl.run.async_save.AsyncSaver`) saves run in
-the background: training pauses while the state is staged and megatron's writer is forked, the
-files are written, hashed and marked in the background, every step boundary polls the save in
-flight, and the run waits for it before the next save, on a stop and at the end: a run never
-returns (nor exits on a signal) with a save unfinished. After an error the save in flight is
-abandoned incomplete.
+Checkpoints are the :class:`~zebractl.train.checkpointer.Checkpointer`'s: when to save, sync or
+async (``checkpoint.async_save``), the disk checks, which checkpoint to resume from; the Trainer
+hands it its state and loads what it chooses. A run never returns (nor exits on a signal) with a
+save unfinished; after an error the save in flight is abandoned incomplete.
 
 Stopping: SIGINT, SIGTERM and SIGUSR1 set a flag that is read only between steps (agreed by all
 ranks), so the checkpoint written on a stop holds exactly the last completed step, and the run
@@ -26,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import shutil
 import sys
 import time
 import uuid
@@ -41,7 +38,6 @@ import torch
 from zebractl import __version__
 from zebractl.errors import ConfigError, TrainingError
 from zebractl.planning.flops import flops_per_token
-from zebractl.run import async_save, disk
 from zebractl.run import checkpoint as ckpt
 from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import (
@@ -53,7 +49,9 @@ from zebractl.run.records import (
 )
 from zebractl.run.rundir import RunDir
 from zebractl.run.tracking import open_tracker
+from zebractl.runtime import dist
 from zebractl.schemas.recipe import RunConfig, derive
+from zebractl.train.checkpointer import Checkpointer, state_bytes
 from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
 from zebractl.train.signals import StopFlag
 
@@ -77,19 +75,6 @@ class RunResult:
     wall_s: float = 0.0  # seconds from the start of the run in this process to its end (setup too)
     tokens_per_s: float | None = None  # mean training tokens/s per process over this process's
     # steps (validation and saves excluded, the compile step included); None if it ran none
-
-
-def _state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
-    """An estimate of the GPU tensors one rank stages for a checkpoint: the parameters, two fp32
-    Adam moments each and the Megatron engine's fp32 main copy of every low-precision parameter;
-    megatron's fully parallel save spreads the writing over the ranks, so with several ranks a
-    quarter more than an even share (a save that needs more adds the excess then)."""
-    total = 0
-    for p in model.parameters():
-        total += p.numel() * (p.element_size() + 8)
-        if impl == "megatron" and p.dtype != torch.float32:
-            total += p.numel() * 4
-    return total if world == 1 else math.ceil(total / world * 1.25)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -141,9 +126,6 @@ class Trainer:
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
-        self.last_saved: int | None = None  # the newest iteration saved or being saved
-        self.saver: async_save.AsyncSaver | None = None  # checkpoint.async_save
-        self._save_need = 0.0  # bytes the save in flight writes (about)
         self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
         self.bar = bar if bar is not None else NoBar()
@@ -160,7 +142,6 @@ class Trainer:
         """Process group, checks, data, model and engine, schedule, resume, metrics."""
 
         from zebractl.data.spec import resolve_data
-        from zebractl.runtime import dist
         from zebractl.train.engine import check_engine
 
         cfg = self.cfg
@@ -174,6 +155,7 @@ class Trainer:
         import torch.distributed as tdist
 
         self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
+        self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, self.console, self._console)
         g, micro = cfg.batch.global_, cfg.batch.micro
         if g % (micro * self.world):
             raise ConfigError(
@@ -298,7 +280,7 @@ class Trainer:
                         "with: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
                     )
                 self.run.write_config(self.record)
-            self._remove_incomplete_saves()
+            self.ckpts.remove_incomplete()
         tdist.barrier()
 
         with self._writing("the dataset index cache (safe to delete)", self.run.data_cache):
@@ -346,13 +328,11 @@ class Trainer:
             wd_incr_style="constant",
         )
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
-        if cfg.checkpoint.async_save and cfg.checkpoint.enabled:
-            staging = async_save.HostStaging()
-            if self.device.type == "cuda":  # room for a whole save, allocated while training starts
-                staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
-            self.saver = async_save.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
+        # an async saver's pinned host memory, reserved on a GPU while training starts
+        cuda = self.device.type == "cuda"
+        staged = state_bytes(self.model, self.engine.impl, self.world) if cuda else None
+        self.ckpts.start_async(staged, dist.cpu_group() if self.world > 1 else None)
         self._resume()
-        self.last_saved = self.iteration if self.resumed_from is not None else None
         if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
             cuda = self.device.type == "cuda"
             with self._writing("the config history", self.run.history_path):
@@ -417,7 +397,13 @@ class Trainer:
 
     def _resume(self) -> None:
         cfg, root = self.cfg, self.run.checkpoints
-        if cfg.checkpoint.resume != "never" and self._resume_newest_intact(root):
+        if cfg.checkpoint.resume != "never":
+            self.resumed_from = self.ckpts.resume_newest_intact(self._load_checkpoint)
+        if self.resumed_from is not None:
+            self.console(
+                f"resumed from {ckpt.checkpoint_dir(root, self.resumed_from)} (iteration "
+                f"{self.iteration} of {self.iters}, {self.consumed:,} samples consumed)"
+            )
             return
         if cfg.checkpoint.resume == "require":
             raise ConfigError(
@@ -461,43 +447,6 @@ class Trainer:
         with self._writing("the init record", self.run.init_path):
             self.run.write_init(record)
 
-    def _resume_newest_intact(self, root: Path) -> bool:
-        """Load the newest checkpoint that verifies and loads on every rank; damaged ones are
-        named and skipped. Rank 0 verifies (sizes, checksums) and chooses; loading is collective."""
-        import torch.distributed as tdist
-
-        failed: dict[int, str] = {}
-        while True:
-            choice: list[Any] = [None, None]
-            if self.rank == 0:
-                found, damaged = ckpt.newest_intact(root, self.console, failed)
-                choice = [found.iteration if found else None, damaged]
-            if self.world > 1:
-                tdist.broadcast_object_list(choice, src=0)
-            iteration, damaged = choice
-            if iteration is None:
-                if damaged:
-                    raise ckpt.all_damaged(root, damaged)
-                return False
-            folder = ckpt.checkpoint_dir(root, iteration)
-            ok, why = torch.ones(1), ""
-            try:
-                self._load_checkpoint(ckpt.Checkpoint(folder, ckpt.read_marker(folder)))
-            except ckpt.DamagedCheckpoint as exc:
-                ok.zero_()
-                why = exc.reason
-                self._console(f"warning: checkpoint {exc.folder} is damaged: {why}; skipping it")
-            if self.world > 1:
-                tdist.all_reduce(ok, op=tdist.ReduceOp.MIN, group=_cpu_group())
-            if ok.item():
-                self.resumed_from = iteration
-                self.console(
-                    f"resumed from {folder} (iteration {self.iteration} of {self.iters}, "
-                    f"{self.consumed:,} samples consumed)"
-                )
-                return True
-            failed[iteration] = why or "it failed to load on another rank"
-
     def _load_checkpoint(self, found: ckpt.Checkpoint) -> None:
         m = found.marker
         saved = (m.optimizer_impl, m.distributed_optimizer)
@@ -518,11 +467,8 @@ class Trainer:
         self.consumed = loaded["consumed_samples"]
         self.skipped = loaded.get("skipped_iterations", 0)
 
-    def save(self) -> Path:
-        """Checkpoint the current step (collective); returns its folder. With
-        ``checkpoint.async_save`` this finishes the previous save, then begins this one, which
-        completes in the background (:meth:`poll_saves`, :meth:`wait_saves`)."""
-        marker = CheckpointMarker(
+    def _marker(self) -> CheckpointMarker:
+        return CheckpointMarker(
             iteration=self.iteration,
             consumed_samples=self.consumed,
             skipped_iterations=self.skipped,
@@ -532,79 +478,19 @@ class Trainer:
             run_id=self.run_id,
             zebractl_version=__version__,
         )
-        t0 = time.perf_counter()
-        waited = ""
-        if self.saver is not None and self.saver.pending is not None:
-            self.wait_saves()  # the previous save is not complete yet: training waits for it
-            wait = time.perf_counter() - t0
-            waited = f", {wait:.1f} s of it for the previous save" if wait >= 0.05 else ""
-        need = self._save_need = self._check_space()
-        args = (self.run.checkpoints, self.iteration, self._state(), marker)
-        kw = {"keep_last": self.cfg.checkpoint.keep_last, "is_writer": self.rank == 0}
-        with self._saving(self.iteration, need):
-            if self.saver is None:
-                folder = ckpt.save(*args, **kw)
-                self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
-            else:
-                folder = self.saver.begin(*args, **kw)
-                paused = time.perf_counter() - t0
-                self.console(f"saving {folder} (async: training paused {paused:.1f} s{waited})")
-        self.last_saved = self.iteration
-        return folder
+
+    def save(self) -> Path:
+        """Checkpoint the current step (collective); returns its folder (async: being written)."""
+        return self.ckpts.save(self.iteration, self._state(), self._marker(), self._params())
+
+    def _params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
     def _writing(
         self, what: str, path: Path, need: float = 0.0
     ) -> contextlib.AbstractContextManager:
         """A write of this run: a full or read-only disk becomes a :class:`disk.DiskError`."""
-        return disk.writing(what, path, self.run.checkpoints, need)
-
-    def _saving(
-        self, iteration: int | None, need: float = 0.0
-    ) -> contextlib.AbstractContextManager:
-        if iteration is None:
-            return contextlib.nullcontext()
-        folder = ckpt.checkpoint_dir(self.run.checkpoints, iteration)
-        tmp = folder.with_name(folder.name + ".tmp")
-        return self._writing(f"the checkpoint of iteration {iteration}", tmp, need)
-
-    def _check_space(self) -> float:
-        """Before a save: the bytes it needs (the previous checkpoint's size, or the plan's for the
-        first); rank 0 warns when the disk has less room."""
-        done = ckpt.complete(self.run.checkpoints)
-        need = float(ckpt.size(done[-1].folder)) if done else 0.0
-        if not need:
-            from zebractl.planning.plan import checkpoint_bytes
-
-            need = checkpoint_bytes(self.cfg, sum(p.numel() for p in self.model.parameters()))
-        if self.rank == 0:
-            what = f"the checkpoint of iteration {self.iteration}"
-            warning = disk.space_warning(self.run.checkpoints, need, what)
-            if warning:
-                self.console(warning)
-        return need
-
-    def _remove_incomplete_saves(self) -> None:
-        """At the start (rank 0, the lock held): delete the ``iter_N.tmp`` folders saves that
-        never completed left behind; resume never takes them."""
-        for folder in ckpt.incomplete(self.run.checkpoints):
-            shutil.rmtree(folder, ignore_errors=True)
-            self.console(f"note: removed {folder}, a save that did not complete")
-
-    def poll_saves(self) -> None:
-        """Move an asynchronous save on (collective, non-blocking: every step boundary)."""
-        if self.saver is not None:
-            with self._saving(self.saver.pending, self._save_need):
-                self._report(self.saver.poll())
-
-    def wait_saves(self) -> None:
-        """Finish an asynchronous save in flight (collective, blocking)."""
-        if self.saver is not None:
-            with self._saving(self.saver.pending, self._save_need):
-                self._report(self.saver.wait())
-
-    def _report(self, done: async_save.SaveDone | None) -> None:
-        if done is not None:
-            self.console(f"checkpoint {done.folder.name} complete in {done.seconds:.1f} s")
+        return self.ckpts.writing(what, path, need)
 
     # ---- steps ---------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -740,7 +626,7 @@ class Trainer:
         signum = self.flag.signum or 0
         if self.world > 1:
             t = torch.tensor([signum], dtype=torch.int64)
-            tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=_cpu_group())
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=dist.cpu_group())
             signum = int(t.item())
         return signum or None
 
@@ -762,8 +648,8 @@ class Trainer:
                 self.setup()
                 return self._loop()
             except BaseException:
-                if self.saver is not None:  # no collective now: the save in flight stays a .tmp
-                    self.saver.abort()
+                if hasattr(self, "ckpts"):  # no collective now: a save in flight stays a .tmp
+                    self.ckpts.abort()
                 raise
             finally:
                 self.bar.stop()
@@ -784,7 +670,7 @@ class Trainer:
         if self.rank == 0:
             self.bar.start(self.iteration, self.iters)
         while self.iteration < self.iters:
-            self.poll_saves()
+            self.ckpts.poll()
             signum = self._stop_requested()
             if signum is not None:
                 stopped = "signal"
@@ -830,8 +716,10 @@ class Trainer:
             if val_every is not None and (it % val_every == 0 or it == self.iters):
                 val_loss = self._validate()
                 last_val = it
-            if cfg.checkpoint.enabled and (it % cfg.checkpoint.interval == 0 or it == self.iters):
-                saved = self.save()
+            last = it == self.iters
+            saved = (
+                self.ckpts.maybe_save(it, last, self._state, self._marker, self._params) or saved
+            )
             t_last += time.perf_counter() - paused
             self.clock.pause(time.perf_counter() - paused)
         self.bar.stop()  # (fit stops it after an error)
@@ -840,23 +728,22 @@ class Trainer:
                 f"stopping on {_signame(signum)} after iteration {self.iteration}: nothing saved "
                 "(checkpoint.enabled is false)"
             )
-        elif stopped == "signal" and self.last_saved != self.iteration:
+        elif stopped == "signal" and self.ckpts.last_saved != self.iteration:
             self.console(
                 f"stopping on {_signame(signum)} after iteration {self.iteration}: saving a "
                 "checkpoint"
             )
             saved = self.save()
         elif stopped == "signal":
-            pending = self.saver is not None and self.saver.pending == self.iteration
+            pending = self.ckpts.pending(self.iteration)
             self.console(
                 f"stopping on {_signame(signum)} after iteration {self.iteration}"
                 + (": completing its checkpoint" if pending else "")
             )
         if stopped == "done" and val_every is not None and last_val != self.iteration:
             val_loss = self._validate()
-        self.wait_saves()  # also the one a stop wrote: complete before the process exits
-        if saved is None and self.last_saved is not None:
-            saved = ckpt.checkpoint_dir(self.run.checkpoints, self.last_saved)
+        self.ckpts.wait()  # also the one a stop wrote: complete before the process exits
+        saved = saved or self.ckpts.newest()
         seq = cfg.data.seq_length
         training = self.clock.training()
         return RunResult(
@@ -963,21 +850,6 @@ def _signame(signum: int | None) -> str:
     from zebractl.train.signals import name
 
     return name(signum) if signum else "a signal"
-
-
-_CPU_GROUP: Any = None
-
-
-def _cpu_group() -> Any:
-    """A gloo group for the per-step stop agreement: no GPU synchronisation."""
-    global _CPU_GROUP
-    import torch.distributed as tdist
-
-    if _CPU_GROUP is None:
-        # one-process-per-GPU runs use "cpu:gloo,cuda:nccl": CPU tensors already go through gloo
-        gloo = "gloo" in str(tdist.get_backend())
-        _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
-    return _CPU_GROUP
 
 
 def _path(value: str | None) -> Path | None:
