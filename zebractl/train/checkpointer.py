@@ -43,6 +43,36 @@ def state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
     return total if world == 1 else math.ceil(total / world * 1.25)
 
 
+def rng_state() -> dict[str, Any]:
+    """Every random generator's state, for a checkpoint (a resumed run draws what the
+    uninterrupted one would have)."""
+    import random
+
+    import numpy as np
+
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`rng_state`'s generators."""
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
 class Checkpointer:
     """Saves and resumes one run's checkpoints (see the module docstring). Every method that
     saves, polls, waits or resumes is collective: all ranks call it."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import sys
 import time
 import uuid
@@ -32,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from zebractl import __version__
@@ -42,7 +40,6 @@ from zebractl.run import checkpoint as ckpt
 from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import (
     CheckpointMarker,
-    InitRecord,
     ResolvedConfigRecord,
     TrainRow,
     ValRow,
@@ -51,11 +48,11 @@ from zebractl.run.rundir import RunDir
 from zebractl.run.tracking import open_tracker
 from zebractl.runtime import dist
 from zebractl.schemas.recipe import RunConfig, derive
-from zebractl.train.checkpointer import Checkpointer, state_bytes
-from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
+from zebractl.train.checkpointer import Checkpointer, rng_state, set_rng_state, state_bytes
+from zebractl.train.progress import Clock, NoBar, Snapshot, duration, row_line, val_line
 from zebractl.train.signals import StopFlag
 
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
+_CPU = torch.device("cpu")
 
 
 @dataclass
@@ -75,25 +72,6 @@ class RunResult:
     wall_s: float = 0.0  # seconds from the start of the run in this process to its end (setup too)
     tokens_per_s: float | None = None  # mean training tokens/s per process over this process's
     # steps (validation and saves excluded, the compile step included); None if it ran none
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 class Trainer:
@@ -139,71 +117,23 @@ class Trainer:
             self._console(message)
 
     def setup(self) -> None:
-        """Process group, checks, data, model and engine, schedule, resume, metrics."""
+        """Process group, checks, data, model and engine, schedule, resume, metrics: each step a
+        function of :mod:`zebractl.train.setup` or of the Checkpointer, in this order."""
+        import torch.distributed as tdist
 
-        from zebractl.data.spec import resolve_data
+        from zebractl.train import precompile, setup
         from zebractl.train.engine import check_engine
 
         cfg = self.cfg
-        p = cfg.parallelism
-        if (p.tp, p.pp, p.cp) != (1, 1, 1):
-            raise ConfigError(
-                "tensor, pipeline and context parallelism are not supported by "
-                "`zebractl train` yet; use parallelism.tp=pp=cp=1"
-            )
         dist.ensure_initialized()
-        import torch.distributed as tdist
-
         self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
         self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, self.console, self._console)
-        g, micro = cfg.batch.global_, cfg.batch.micro
-        if g % (micro * self.world):
-            raise ConfigError(
-                f"batch.global {g} is not a multiple of batch.micro {micro} x {self.world} "
-                "process(es)"
-            )
-        self.accum = g // (micro * self.world)
+        self.accum = setup.check_request(cfg, self.record, self.init_from, self.world)
         self.iters = derive(cfg).iterations
-        self.device = (
-            torch.device("cuda", torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else torch.device("cpu")
-        )
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
         check_engine(cfg, self.device, self.world)
-        if self.record.reference is not None:
-            from zebractl.train import reference as ref
-
-            ref.check(cfg, self.record.reference)
-            if self.init_from is not None:
-                raise ConfigError(
-                    "--reference starts from zebractl's own initialisation of the recipe; "
-                    "--init-from does not apply"
-                )
-        if self.init_from is not None and not self.init_from.exists():
-            raise ConfigError(
-                f"init_from {self.init_from}: no such run directory, checkpoint or Hugging Face "
-                "folder (train the run it names first, or give --init-from PATH)"
-            )
-        # the data's own mistakes (a vocabulary larger than the model's, no held-out part) before
-        # any kernel compiles: they end the run at once
-        spec = resolve_data(cfg)
-        self.eod = spec.eod if cfg.data.isolated else None  # documents kept apart
-        if self.eod is not None and self.eod < 0:
-            raise ConfigError(
-                "data.packing is isolated but the data names no end-of-document token (raw "
-                ".bin/.idx prefixes without data.tokenizer); set data.tokenizer, or "
-                "data.packing: concat"
-            )
-        val = cfg.validation
-        has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
-        if val is not None and not has_held_out:
-            raise ConfigError(
-                f"validation is on (every {val.interval} iterations) but the data has no held-out "
-                "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
-                "validation: null"
-            )
-        from zebractl.train import precompile
-
+        spec, self.eod = setup.check_data(cfg)  # eod: documents kept apart
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
         try:
             self._build(spec)
@@ -217,69 +147,25 @@ class Trainer:
         if compiling is not None:
             self.console(compiling.join())
         self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
-        self.peak = next(
-            (
-                v
-                for k, v in PEAK_BF16_FLOPS.items()
-                if self.device.type == "cuda" and k in torch.cuda.get_device_name()
-            ),
-            None,
-        )
+        self.peak = setup.peak_flops(self.device)
 
     def _build(self, spec: Any) -> None:
         """The rest of :meth:`setup`, while the kernels compile: the run directory, datasets,
         engine, scheduler, resume and metrics."""
         import torch.distributed as tdist
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
+        from zebractl.train import setup
+        from zebractl.train.cuda_graph import maybe_graphed
         from zebractl.train.data import build_datasets
         from zebractl.train.engine import build_engine
 
-        cfg, p = self.cfg, self.cfg.parallelism
-        g, micro = cfg.batch.global_, cfg.batch.micro
-        val = cfg.validation
-        self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
-        self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
-        self.console(self._run_line())
-        if not cfg.checkpoint.enabled:
-            self.console(
-                "warning: checkpoint.enabled is false: this run saves no checkpoint; a crash or a "
-                "stop loses it"
-            )
-        if p.num_gpus != self.world:
-            self.console(
-                f"note: the recipe plans {p.num_gpus} GPUs; running on {self.world} process(es), "
-                f"so each step accumulates {self.accum} micro-batches of {micro} to keep the "
-                f"global batch of {g}"
-            )
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-
-        if self.run.config_path.is_file():
-            try:
-                before = self.run.read_config().reference
-            except Exception:  # noqa: BLE001 - an unreadable record is reported below
-                before = self.record.reference
-            if before != self.record.reference:
-
-                def what(ref: str | None) -> str:
-                    return "zebractl's model" if ref is None else f"the {ref} reference"
-
-                raise ConfigError(
-                    f"{self.run.root} holds a run of {what(before)}; this one trains "
-                    f"{what(self.record.reference)}: choose another --output"
-                )
+        cfg, g, val = self.cfg, self.cfg.batch.global_, self.cfg.validation
+        setup.announce(self.console, cfg, self.record, self.world, self.accum, self.iters)
+        setup.seed_everything(cfg.seed)
+        setup.check_same_kind(self.run, self.record)
         if self.rank == 0:
             with self._writing("the resolved config", self.run.config_path):
-                self.run.create()
-                changed = self.run.config_changes(self.record)
-                if changed:
-                    self.console(
-                        "note: the config differs from the one this run directory was started "
-                        "with: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
-                    )
-                self.run.write_config(self.record)
+                setup.write_config(self.run, self.record, self.console)
             self.ckpts.remove_incomplete()
         tdist.barrier()
 
@@ -302,8 +188,6 @@ class Trainer:
         reference = self.record.reference  # a reference run: FLA's class of the model
         self.engine = build_engine(cfg, self.device, self.world, cfg.seed, reference=reference)
         self.model = self.engine.model
-        from zebractl.train.cuda_graph import maybe_graphed
-
         if reference is None:
             self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
         else:
@@ -313,20 +197,7 @@ class Trainer:
                     f"note: recompute.mode {cfg.recompute.mode} applies to zebractl's model; "
                     "FLA's class trains without it (the same losses, more memory)"
                 )
-        s = cfg.schedule
-        self.sched = OptimizerParamScheduler(
-            self.engine.optimizer,
-            init_lr=0.0,
-            max_lr=s.lr,
-            min_lr=s.min_lr,
-            lr_warmup_steps=s.warmup_iterations * g,
-            lr_decay_steps=max(self.iters * g, s.warmup_iterations * g + 1),
-            lr_decay_style=s.decay_style,
-            start_wd=cfg.optimizer.weight_decay,
-            end_wd=cfg.optimizer.weight_decay,
-            wd_incr_steps=self.iters * g,
-            wd_incr_style="constant",
-        )
+        self.sched = setup.build_scheduler(cfg, self.engine.optimizer, self.iters)
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
         # an async saver's pinned host memory, reserved on a GPU while training starts
         cuda = self.device.type == "cuda"
@@ -334,7 +205,6 @@ class Trainer:
         self.ckpts.start_async(staged, dist.cpu_group() if self.world > 1 else None)
         self._resume()
         if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
-            cuda = self.device.type == "cuda"
             with self._writing("the config history", self.run.history_path):
                 self.run.record_start(
                     self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
@@ -356,21 +226,6 @@ class Trainer:
             )
         self._batches = self._train_batches()
 
-    def _run_line(self) -> str:
-        """The resolved run, after --set: ``run: 10 iterations (schedule.iterations from --set) of
-        16 x 128 tokens = 20.5k tokens`` (a recipe's description may name other numbers)."""
-        cfg, prov = self.cfg, self.record.provenance
-        if cfg.schedule.iterations is not None:
-            why = f"schedule.iterations from {prov.get('schedule.iterations', 'default')}"
-        else:
-            src = prov.get("schedule.train_tokens", "default")
-            why = f"schedule.train_tokens {count(cfg.schedule.train_tokens or 0)} from {src}"
-        g, seq = cfg.batch.global_, cfg.data.seq_length
-        return (
-            f"run: {self.iters:,} iterations ({why}) of {g} x {seq} tokens = "
-            f"{count(self.iters * g * seq)} tokens"
-        )
-
     def _train_batches(self):
         from zebractl.train.data import ConsumedSamplesSampler, loader
 
@@ -387,7 +242,7 @@ class Trainer:
             "model": model_sd,
             "optimizer": self.engine.sharded_optimizer_state(model_sd, is_loading),
             "scheduler": self.sched.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng_state(),
             "iteration": self.iteration,
             "consumed_samples": self.consumed,
             "skipped_iterations": self.skipped,
@@ -410,17 +265,10 @@ class Trainer:
                 f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
             )
         if self.init_from is not None:
-            from zebractl.hf import load as hf_load
+            from zebractl.train.setup import init_weights
 
-            loaded: ckpt.Checkpoint | None = None
-            if hf_load.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
-                state = hf_load.state_for(self.model, self.init_from, cfg.model)
-                ckpt.load_model_state(self.model, state)
-                where = self.init_from
-            else:
-                loaded = ckpt.load_weights(self.init_from, self.model)
-                where = loaded.folder
-            self.engine.reload_model_params()
+            loaded = init_weights(self.model, self.engine, self.init_from, cfg.model)
+            where = loaded.folder if loaded is not None else self.init_from
             self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
             if self.rank == 0:  # what compare's before/after report pairs the run with
                 self._write_init(loaded)
@@ -430,20 +278,10 @@ class Trainer:
 
     def _write_init(self, loaded: ckpt.Checkpoint | None) -> None:
         """``RUN/init.json``: the weights this run started from (:class:`InitRecord`)."""
+        from zebractl.train.setup import init_record
+
         assert self.init_from is not None
-        folder = loaded.folder.resolve() if loaded is not None else None
-        run = RunDir.containing(folder) if folder is not None else None
-        record = InitRecord(
-            init_from=str(self.init_from),
-            given_by=self.init_given_by,
-            path=str(self.init_from.resolve()),
-            kind="hf" if loaded is None else "checkpoint",
-            checkpoint=str(folder) if folder is not None else None,
-            iteration=loaded.iteration if loaded is not None else None,
-            run=str(run) if run is not None else None,
-            run_id=self.run_id,
-            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        )
+        record = init_record(self.init_from, self.init_given_by, loaded, self.run_id)
         with self._writing("the init record", self.run.init_path):
             self.run.write_init(record)
 
@@ -462,7 +300,7 @@ class Trainer:
         ckpt.load_model_state(self.model, loaded["model"])
         self.engine.load_optimizer_state(loaded["optimizer"])
         self.sched.load_state_dict(loaded["scheduler"])
-        _set_rng_state(loaded["rng"])
+        set_rng_state(loaded["rng"])
         self.iteration = loaded["iteration"]
         self.consumed = loaded["consumed_samples"]
         self.skipped = loaded.get("skipped_iterations", 0)
@@ -805,22 +643,8 @@ class Trainer:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
-        snap = self._snapshot(row)
-        parts = [
-            snap.head(),
-            f"loss {row.loss:.4f}",
-            f"lr {row.lr:.3e}",
-            f"grad {row.grad_norm:.3f}",
-            f"{row.tokens_per_s:,.0f} tok/s",
-        ]
-        if row.tflops_per_gpu is not None:
-            parts.append(f"{row.tflops_per_gpu:.1f} TFLOP/s")
-        if row.mfu is not None:
-            parts.append(f"MFU {100 * row.mfu:.1f}%")
-        if row.memory_gib is not None:
-            parts.append(f"mem {row.memory_gib:.1f} GiB")
-        self.console(" | ".join(parts + snap.tail()))
-        self._bar_info = f"loss {row.loss:.4f} | {parts[4]}"
+        line, self._bar_info = row_line(row, self._snapshot(row))
+        self.console(line)
 
     def _snapshot(self, row: TrainRow) -> Snapshot:
         """The progress fields of a logged row; the step time is the interval's (as its
@@ -836,13 +660,7 @@ class Trainer:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
-        loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
-        ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
-        width = len(str(self.iters))
-        self.console(
-            f"iter {row.iteration:>{width}}/{self.iters} | val_loss {loss} | val_ppl {ppl} | "
-            f"{row.tokens:,} tokens"
-        )
+        self.console(val_line(row, self.iters))
         return row.val_loss
 
 
