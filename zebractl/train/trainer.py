@@ -561,34 +561,41 @@ class Trainer:
             t_last += time.perf_counter() - paused
             self.clock.pause(time.perf_counter() - paused)
         self.bar.stop()  # (fit stops it after an error)
-        if stopped == "signal" and not cfg.checkpoint.enabled:
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}: nothing saved "
-                "(checkpoint.enabled is false)"
-            )
-        elif stopped == "signal" and self.ckpts.last_saved != self.iteration:
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}: saving a "
-                "checkpoint"
-            )
-            saved = self.save()
-        elif stopped == "signal":
-            pending = self.ckpts.pending(self.iteration)
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}"
-                + (": completing its checkpoint" if pending else "")
-            )
+        if stopped == "signal":
+            saved = self._save_on_stop(signum) or saved
         if stopped == "done" and val_every is not None and last_val != self.iteration:
             val_loss = self._validate()
         self.ckpts.wait()  # also the one a stop wrote: complete before the process exits
-        saved = saved or self.ckpts.newest()
-        seq = cfg.data.seq_length
-        training = self.clock.training()
+        return self._result(stopped, signum, final_loss, val_loss, saved, run_steps)
+
+    def _save_on_stop(self, signum: int | None) -> Path | None:
+        """A stop by signal: save the last completed step unless it is saved (or being saved)."""
+        stopping = f"stopping on {_signame(signum)} after iteration {self.iteration}"
+        if not self.cfg.checkpoint.enabled:
+            self.console(f"{stopping}: nothing saved (checkpoint.enabled is false)")
+            return None
+        if self.ckpts.last_saved != self.iteration:
+            self.console(f"{stopping}: saving a checkpoint")
+            return self.save()
+        pending = self.ckpts.pending(self.iteration)
+        self.console(stopping + (": completing its checkpoint" if pending else ""))
+        return None
+
+    def _result(
+        self,
+        stopped: str,
+        signum: int | None,
+        final_loss: float | None,
+        val_loss: float | None,
+        saved: Path | None,
+        run_steps: int,
+    ) -> RunResult:
+        cfg, seq, training = self.cfg, self.cfg.data.seq_length, self.clock.training()
         return RunResult(
             self.iteration,
             self.resumed_from,
             final_loss,
-            saved,
+            saved or self.ckpts.newest(),
             stopped,
             self.skipped,
             signum,
