@@ -59,6 +59,36 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+def _group_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(
+        torch is not None
+        and torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves a torch.distributed process group it did not find fails (the group is
+    torn down first): a group left behind changed what later tests saw (convert's "leaves no
+    process group" check failed in whichever test came next)."""
+    before = _group_initialized()
+    yield
+    if before or not _group_initialized():
+        return
+    import torch.distributed as dist
+
+    megatron = sys.modules.get("megatron.core.parallel_state")
+    if megatron is not None and megatron.model_parallel_is_initialized():
+        megatron.destroy_model_parallel()
+    dist.destroy_process_group()
+    pytest.fail(
+        f"{request.node.nodeid} left a torch.distributed process group behind: use the "
+        "process_group fixture or zebractl.runtime.dist.scoped()"
+    )
+
+
 @pytest.fixture
 def process_group() -> Iterator[None]:
     """A one-process torch.distributed group and megatron's parallel state, for the tests that need
