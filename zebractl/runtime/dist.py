@@ -47,6 +47,7 @@ def scoped() -> Iterator[None]:
     """:func:`ensure_initialized` for the duration of a ``with`` block: what it had to create
     (the process group, megatron's parallel state) is torn down afterwards, so a one-off job in a
     process (convert, verify) leaves no process-wide state behind."""
+    global _CPU_GROUP
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -58,6 +59,7 @@ def scoped() -> Iterator[None]:
         if not had_state:
             parallel_state.destroy_model_parallel()
         if not had_group:
+            _CPU_GROUP = None  # a group of the process group destroyed here
             dist.destroy_process_group()
 
 

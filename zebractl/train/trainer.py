@@ -127,7 +127,12 @@ class Trainer:
         cfg = self.cfg
         dist.ensure_initialized()
         self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
-        self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, self.console, self._console)
+        # the Checkpointer prints through the console function itself, not this Trainer's bound
+        # method: a reference back to the Trainer would keep it (and its DataLoader's worker
+        # processes) alive after the run until the cyclic garbage collector ran
+        say = self._console
+        rank0 = say if self.rank == 0 else _silent
+        self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, rank0, say)
         self.accum = setup.check_request(cfg, self.record, self.init_from, self.world)
         self.iters = derive(cfg).iterations
         cuda = torch.cuda.is_available()
@@ -480,7 +485,9 @@ class Trainer:
             if writer
             else contextlib.nullcontext()
         )
-        with held, self.flag:
+        # the process group and megatron's parallel state the run creates end with it (a process
+        # that trains twice, or trains and then converts, starts each from a clean state)
+        with held, self.flag, dist.scoped():
             self.clock = Clock()  # the run starts in this process
             try:
                 self.setup()
@@ -493,6 +500,8 @@ class Trainer:
                 self.bar.stop()
                 if hasattr(self, "metrics"):  # (W&B: failed while an exception propagates)
                     self.metrics.close(failed=sys.exc_info()[0] is not None)
+                # the data loader's worker processes end now, not when the Trainer is collected
+                self._batches = None
 
     def _loop(self) -> RunResult:
         cfg = self.cfg
@@ -669,6 +678,10 @@ class Trainer:
                 self.metrics.write(row)
         self.console(val_line(row, self.iters))
         return row.val_loss
+
+
+def _silent(message: str) -> None:
+    """The console of a rank other than 0."""
 
 
 def _signame(signum: int | None) -> str:
