@@ -205,7 +205,7 @@ def test_flash_variable_length_attention_on_the_gpu():
         return o.permute(2, 0, 1, 3).reshape(s, b, -1)
 
     def run(fn, dtype):
-        xs = [t.to(dtype).requires_grad_() for t in leaves]
+        xs = [t.detach().clone().to(dtype).requires_grad_() for t in leaves]
         out = fn(*xs)
         out.backward(grad_out.to(dtype))
         return [out.float()] + [x.grad.float() for x in xs]
