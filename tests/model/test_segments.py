@@ -178,37 +178,43 @@ def test_variable_length_attention_is_for_cuda_half_precision_without_dropout():
 
 @pytest.mark.gpu
 def test_flash_variable_length_attention_on_the_gpu():
-    """On the GPU, documents kept apart run flash's variable-length kernel (this torch has one),
-    and its loss and gradients match the bias path's (SDPA's memory-efficient kernel): bf16
-    autocast, loss within 1e-2 relative, each gradient within 5% of its norm."""
+    """On the GPU, documents kept apart run flash's variable-length kernel (this torch has one). At
+    MLA's shapes (q/k 192, v 128) in bf16, its output and its q/k/v gradients are as close to an
+    fp32 block-diagonal reference as SDPA with the bf16 bias is (within 2x its error + 1e-3 of the
+    reference's largest magnitude)."""
+    import torch.nn.functional as F
+
     from zebractl.model import attention
-    from zebractl.model import model as model_mod
 
     assert attention.varlen_usable(torch.device("cuda"), torch.bfloat16, 0.0)
-    m = resolve_preset("tiny_hybrid").config
-    ids, _ = _rows(m.vocab_size, [[100, 300, 112], [512], [64, 64, 384]], device="cuda")
+    ids, _ = _rows(1000, [[100, 300, 112], [512], [64, 64, 384]], device="cuda")
+    seg = Segments.from_tokens(ids, EOD)
+    s, b, n, scale = ids.shape[1], ids.shape[0], 8, 0.1
+    g = torch.Generator(device="cuda").manual_seed(SEED)
     print(f"seed {SEED}")
+    leaves = [torch.randn(s, b, n, d, generator=g, device="cuda") for d in (192, 192, 128)]
+    grad_out = torch.randn(s, b, n * 128, generator=g, device="cuda")
 
-    def run():
-        model = build_model(m, seed=SEED, device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            seg = Segments.from_tokens(ids, EOD)
-            loss, n = model(ids, labels=torch.roll(ids, -1, 1), segments=seg)
-        (loss / n).backward()
-        return loss.detach().float(), {k: p.grad.float() for k, p in model.named_parameters()}
+    def biased(q, k, v, dtype):
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=seg.attention_bias(dtype), scale=scale
+        )
+        return o.permute(2, 0, 1, 3).reshape(s, b, -1)
 
-    loss, grads = run()
-    patch = pytest.MonkeyPatch()
-    try:
-        for mod in (attention, model_mod):
-            patch.setattr(mod, "varlen_usable", lambda *a: False)
-        ref_loss, ref_grads = run()
-    finally:
-        patch.undo()
-    print(f"loss {loss.item():.6f} (flash varlen) vs {ref_loss.item():.6f} (bias)")
-    assert torch.allclose(loss, ref_loss, rtol=1e-2)
-    for k, g in ref_grads.items():
-        assert (g - grads[k]).norm() <= 5e-2 * g.norm() + 1e-6, k
+    def run(fn, dtype):
+        xs = [t.detach().clone().to(dtype).requires_grad_() for t in leaves]
+        out = fn(*xs)
+        out.backward(grad_out.to(dtype))
+        return [out.float()] + [x.grad.float() for x in xs]
+
+    ref = run(lambda q, k, v: biased(q, k, v, torch.float32), torch.float32)
+    flash = run(lambda q, k, v: attention.varlen_attention(q, k, v, seg, scale), torch.bfloat16)
+    bias = run(lambda q, k, v: biased(q, k, v, torch.bfloat16), torch.bfloat16)
+    for name, r, f, m in zip(("out", "dq", "dk", "dv"), ref, flash, bias, strict=True):
+        err_f, err_m = (f - r).abs().max().item(), (m - r).abs().max().item()
+        print(f"{name}: |flash - fp32| {err_f:.3g}, |bias bf16 - fp32| {err_m:.3g}")
+        assert err_f <= 2 * err_m + 1e-3 * r.abs().max().item(), (name, err_f, err_m)
 
 
 @pytest.mark.gpu
