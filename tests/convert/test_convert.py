@@ -53,6 +53,7 @@ EXPORTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("recipe", "fmt", "written"), EXPORTS)
 def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, fmt, written):
     run = trained(recipe)
@@ -145,6 +146,7 @@ def _damaged(tmp_path, trained, how, recipe="tiny_kda"):
     return run, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_hybrid"])
 @pytest.mark.parametrize(
     ("how", "tier"), [("perturbed", "weights"), ("renamed", "structure"), ("eps", "structure")]
@@ -181,6 +183,7 @@ def test_convert_refuses_what_it_cannot_do(cli, trained, tmp_path):
     assert not (tmp_path / "o3").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_import_back_and_init_from_give_the_first_loss_of_the_original(
     cli, fast, trained, tmp_path, recipe

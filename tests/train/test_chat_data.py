@@ -75,6 +75,7 @@ def test_marked_labels_are_the_assistant_tokens(fast, chat_data, process_group):
     assert 0.1 < marked / total < 0.6  # answers are about a third of each conversation
 
 
+@pytest.mark.slow
 def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path, process_group):
     """One step at micro 8 (no accumulation), 2 (4 steps) and 1 (8 steps) of the same global
     batch of 8: the same loss and gradient norm to 1e-6, although the micro-batches hold different
@@ -105,6 +106,7 @@ def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path
         assert norm == pytest.approx(base[1], rel=1e-6), (micro, got)
 
 
+@pytest.mark.slow
 def test_chat_training_lowers_the_loss(fast, chat_data, tmp_path):
     fast.train("tiny_kda", tmp_path, *_sets(chat_data, "schedule.iterations=30"))
     losses = fast.losses(tmp_path)

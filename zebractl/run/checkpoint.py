@@ -362,13 +362,18 @@ def find(source: Path) -> Checkpoint:
 def load_weights(source: Path, model: Any) -> Checkpoint:
     """Load only the model weights of a checkpoint into ``model`` (a ``ZebraModel``, or anything
     with megatron's ``sharded_state_dict``); no optimizer state is read. ``source`` is a
-    checkpoint folder, a checkpoints folder or a run directory (newest intact checkpoint)."""
+    checkpoint folder, a checkpoints folder or a run directory (newest intact checkpoint). Works
+    in any process: megatron's process group and parallel state are made for the load when there
+    are none (and torn down after)."""
+    from zebractl.runtime import dist
+
     ckpt = find(Path(source))
-    template = {"model": model.sharded_state_dict(metadata=sharded_metadata())}
-    try:
-        loaded = load(ckpt.folder, template)
-    except DamagedCheckpoint as exc:
-        raise ConfigError(f"checkpoint {exc}") from None
+    with dist.scoped():
+        template = {"model": model.sharded_state_dict(metadata=sharded_metadata())}
+        try:
+            loaded = load(ckpt.folder, template)
+        except DamagedCheckpoint as exc:
+            raise ConfigError(f"checkpoint {exc}") from None
     load_model_state(model, loaded["model"])
     return ckpt
 
