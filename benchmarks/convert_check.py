@@ -43,10 +43,10 @@ def main() -> None:
     a = ap.parse_args()
 
     from zebractl.config.errors import ConfigError
-    from zebractl.convert.fla_reference import on_cpu
     from zebractl.convert.hf import export_hf, load_state, open_source
     from zebractl.convert.verify import real_tokens
     from zebractl.model.model import build_model
+    from zebractl.runtime.fla_cpu import on_cpu
 
     src = open_source(a.run)
     try:  # before the export: a run that held nothing out is refused at once

@@ -155,7 +155,7 @@ def _cfg(preset: str, micro: int, seq: int, extra: list[str]):
 def _fla_model(m, state_dict):
     import fla.models as fm
 
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     cfg = mapping.fla_config(m) | {
         "fuse_norm": True,
@@ -172,7 +172,7 @@ def _fla_model(m, state_dict):
 
 
 def _has_fla_class(m) -> bool:
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     try:
         return mapping.family(m) in ("kda", "gdn")

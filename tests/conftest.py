@@ -59,6 +59,36 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+def _group_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(
+        torch is not None
+        and torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that leaves a torch.distributed process group it did not find fails (the group is
+    torn down first): a group left behind changed what later tests saw (convert's "leaves no
+    process group" check failed in whichever test came next)."""
+    before = _group_initialized()
+    yield
+    if before or not _group_initialized():
+        return
+    import torch.distributed as dist
+
+    megatron = sys.modules.get("megatron.core.parallel_state")
+    if megatron is not None and megatron.model_parallel_is_initialized():
+        megatron.destroy_model_parallel()
+    dist.destroy_process_group()
+    pytest.fail(
+        f"{request.node.nodeid} left a torch.distributed process group behind: use the "
+        "process_group fixture or zebractl.runtime.dist.scoped()"
+    )
+
+
 @pytest.fixture
 def process_group() -> Iterator[None]:
     """A one-process torch.distributed group and megatron's parallel state, for the tests that need
@@ -349,6 +379,25 @@ def fast(demo_data) -> FastRun:
 
 
 # ---- GPU sessions
+
+
+def _no_gpu_reason() -> str | None:
+    """Why this machine cannot run a ``gpu`` test (None: it can)."""
+    if importlib.util.find_spec("torch") is None:
+        return "needs torch and a CUDA GPU"
+    import torch
+
+    return None if torch.cuda.is_available() else "needs a CUDA GPU"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test marked ``gpu`` is skipped here, in one place, on a machine without a CUDA GPU
+    (no test writes its own skip for that)."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = _no_gpu_reason() if gpu else None
+    if reason is not None:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session", autouse=True)

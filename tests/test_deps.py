@@ -55,6 +55,7 @@ def _providers(module: str) -> set[str]:
     return {_norm(d) for d in metadata.packages_distributions().get(module, [])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(deps.EXTRA_OF))
 def test_each_module_is_installed_by_the_extra_the_table_names(module):
     providers = _providers(module)
@@ -63,6 +64,7 @@ def test_each_module_is_installed_by_the_extra_the_table_names(module):
     assert providers & _closure(extra), f"{module} ({providers}) is not in zebractl[{extra}]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(deps.NEEDS))
 def test_each_command_s_extra_installs_everything_it_imports(command):
     closure = _closure(deps.EXTRA_FOR[command])

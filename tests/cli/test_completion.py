@@ -224,6 +224,7 @@ def work(tmp_path) -> Path:
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shell", SHELLS)
 def test_real_shell_completes(shell, scripts, tmp_path, work):
     """Each case through the shell, with the script ``--show-completion SHELL`` printed."""
@@ -237,6 +238,7 @@ def test_real_shell_completes(shell, scripts, tmp_path, work):
         assert have.files == files, (line, have)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shell", SHELLS)
 def test_installed_script_completes(shell, tmp_path, work):
     """``--install-completion SHELL`` writes the script where the shell loads it by itself."""
@@ -400,6 +402,7 @@ def _interactive(
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shell", SHELLS)
 def test_tab_in_an_interactive_shell(shell, scripts, tmp_path):
     path = _need(shell)

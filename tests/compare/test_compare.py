@@ -37,6 +37,7 @@ def _report(result):
     return CompareReport.model_validate(doc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn"])
 def test_ours_against_the_fla_reference_is_at_parity(cli, fast, tmp_path, recipe):
     run = tmp_path / "ours"
@@ -76,6 +77,7 @@ def test_ours_against_the_fla_reference_is_at_parity(cli, fast, tmp_path, recipe
     assert (ref / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_assert_fails_on_a_run_with_another_norm_eps(cli, fast, tmp_path):
     """The bug the seed's project had (a framework default overriding norm eps) is caught."""
     with scoped():
@@ -179,6 +181,7 @@ def test_the_reference_refuses_what_fla_cannot_train(cli, fast, tmp_path):
     assert r.exit_code == 2 and "holds a run of the fla reference" in r.stderr, r.output
 
 
+@pytest.mark.slow
 def test_a_stopped_reference_run_resumes_bitwise(cli, fast, tmp_path):
     """The reference checkpoints (FLA's names, megatron's format) resume like any run."""
     parts = tmp_path / "parts"
@@ -280,6 +283,7 @@ def _eval_results(run, iteration, tasks, limit=100):
     (run / "eval/results.json").write_text(rep.model_dump_json())
 
 
+@pytest.mark.slow
 def test_a_fine_tune_and_its_initial_run_are_a_before_after_pair(cli, fast, tmp_path):
     """`compare SFT BASE` (SFT's init_from is BASE): no refusal for other data, no parity number,
     no check; each task's eval delta is after - before whichever order the runs are given in."""
@@ -381,6 +385,7 @@ def _span(ax, label_start):
     return float(ys.min()), float(ys.max())
 
 
+@pytest.mark.slow
 def test_a_resume_with_another_schedule_is_a_config_change_in_the_report(cli, fast, tmp_path):
     """Issue 30: a run trained 10 iterations, then resumed with 12 (another learning-rate schedule
     for its first 10). config.resolved.json holds the newest config only, so the report said
@@ -475,6 +480,7 @@ def test_a_resume_with_another_schedule_is_a_config_change_in_the_report(cli, fa
     assert [(c.side, c.key) for c in rev.config_changes] == [("b", "schedule.iterations")]
 
 
+@pytest.mark.slow
 def test_a_run_trained_before_the_config_history(cli, fast, tmp_path):
     """A run directory without config.history.jsonl: compare reads its resolved config as the one
     known start (a CPU run: no TFLOP/s logged); its next start keeps that config in the history

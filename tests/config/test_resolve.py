@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from zebractl.config.resolve import resolve_any, resolve_preset, resolve_recipe
+from zebractl.config.resolve import resolve_preset, resolve_recipe
 from zebractl.errors import ConfigError
+from zebractl.run.resolve import resolve_any
 
 BODY = """
 data:

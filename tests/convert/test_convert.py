@@ -53,6 +53,7 @@ EXPORTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("recipe", "fmt", "written"), EXPORTS)
 def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, fmt, written):
     run = trained(recipe)
@@ -95,8 +96,7 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, f
     if written == "fla":  # FLA's classes on CPU: through FLA's references
         code = code.replace(
             "out = m.generate",
-            "from zebractl.convert.fla_reference import on_cpu\n"
-            "with on_cpu():\n    out = m.generate",
+            "from zebractl.runtime.fla_cpu import on_cpu\nwith on_cpu():\n    out = m.generate",
         )
     p = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -104,8 +104,9 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, f
 
 
 def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp_path):
-    from zebractl.convert.hf import export_hf, read_safetensors
+    from zebractl.convert.hf import export_hf
     from zebractl.convert.verify import verify
+    from zebractl.hf.load import read_safetensors
 
     run = trained("tiny_kda")
     res = export_hf(run, tmp_path / "hf", max_shard_bytes=2**20, console=lambda s: None)
@@ -145,6 +146,7 @@ def _damaged(tmp_path, trained, how, recipe="tiny_kda"):
     return run, out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_hybrid"])
 @pytest.mark.parametrize(
     ("how", "tier"), [("perturbed", "weights"), ("renamed", "structure"), ("eps", "structure")]
@@ -181,6 +183,7 @@ def test_convert_refuses_what_it_cannot_do(cli, trained, tmp_path):
     assert not (tmp_path / "o3").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_import_back_and_init_from_give_the_first_loss_of_the_original(
     cli, fast, trained, tmp_path, recipe
@@ -270,7 +273,6 @@ read), and FLA's kernels are what the shipped models run at these sizes."""
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_hybrid", "tiny_mamba"])
 def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
     """The GPU tier: a bf16 export, our model and its class (FLA's, or ZebraForCausalLM for the

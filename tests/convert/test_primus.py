@@ -97,6 +97,7 @@ def _imported(path, m):
     return {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("preset", "te"),
     [

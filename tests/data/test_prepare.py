@@ -472,6 +472,7 @@ def test_hub_id_without_a_reachable_hub_is_a_clear_error(cli, tmp_path, monkeypa
 # ---- the demo, end to end --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_and_verify(cli, tmp_path):
     out = tmp_path / "demo"
     r = cli("prepare", "--demo", "--output", str(out), "--workers", "2", "--json")

@@ -71,6 +71,7 @@ def _metrics(report) -> dict[str, dict[str, tuple]]:
     }
 
 
+@pytest.mark.slow
 @needs_data
 def test_run_in_memory_and_its_export_equal_plain_lm_eval(cli, run, tmp_path):
     # the run, converted in memory: the Done-when command
@@ -144,6 +145,7 @@ def test_run_in_memory_and_its_export_equal_plain_lm_eval(cli, run, tmp_path):
             assert row[f"{name}_stderr,none"] == stderr, (task, name)
 
 
+@pytest.mark.slow
 @needs_data
 def test_results_are_reused_for_the_same_model_and_settings(cli, run, tmp_path, monkeypatch):
     from zebractl.evaluate import harness
@@ -189,6 +191,7 @@ def test_results_are_reused_for_the_same_model_and_settings(cli, run, tmp_path, 
     assert calls == [["zebractl_piqa"]]
 
 
+@pytest.mark.slow
 def test_wikitext_like_scores_the_runs_held_out_documents(cli, run, tmp_path):
     r = cli(
         "eval", str(run), "--tasks", "wikitext-like", "--limit", "2", "--output", str(tmp_path),
@@ -240,6 +243,7 @@ def test_the_seed_suite_and_task_names():
     assert len([f for f in want if "mmlu_no_train" in f]) == 2 * len(T.MMLU_SUBJECTS) == 114
 
 
+@pytest.mark.slow
 @needs_data
 def test_task_yamls_load_in_lm_eval_and_match_the_built_in_prompts(tmp_path):
     """Every shipped task loads through lm-eval's TaskManager from the folder zebractl writes, with

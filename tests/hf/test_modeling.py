@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("megatron.core")
 
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
-from zebractl.convert import mapping  # noqa: E402
 from zebractl.convert.hf import mla_rope, model_state  # noqa: E402
+from zebractl.hf import mapping  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
 
 RTOL = 1e-5

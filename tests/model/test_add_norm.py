@@ -33,7 +33,6 @@ def test_fused_add_stack_equals_the_plain_residual_stack(recipe):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_fla_fused_add_rms_norm_matches_torch():
     pytest.importorskip("fla")
     fla_opts, torch_opts = KernelOptions(backend="fla"), KernelOptions(backend="torch")

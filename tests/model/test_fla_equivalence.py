@@ -16,7 +16,7 @@ pytest.importorskip("megatron.core")
 fla_models = pytest.importorskip("fla.models")
 
 from zebractl.config.resolve import resolve_preset  # noqa: E402
-from zebractl.convert import mapping  # noqa: E402
+from zebractl.hf import mapping  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
 
 ATOL = 1e-4
@@ -25,7 +25,7 @@ ATOL = 1e-4
 @pytest.fixture
 def fla_on_cpu():
     """Route FLA's layers through FLA's pure-torch reference implementations."""
-    from zebractl.convert.fla_reference import on_cpu
+    from zebractl.runtime.fla_cpu import on_cpu
 
     with on_cpu():
         yield

@@ -82,6 +82,7 @@ def test_loss_equals_cross_entropy_of_logits_and_respects_mask():
     assert torch.allclose(loss_sum, ref, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_init_is_seeded_and_fla_like():
     m = resolve_preset("tiny_kda").config
     a = build_model(m, seed=7).state_dict()
@@ -117,6 +118,7 @@ def test_init_is_seeded_and_fla_like():
     assert not kda["decoder.layers.0.mixer.g_b_proj.bias"].any()
 
 
+@pytest.mark.slow
 def test_scaled_output_init_only_when_asked():
     m = resolve_preset("gdn_1B").config.model_copy(
         update={"num_blocks": 2, "init_scaled_output": True}

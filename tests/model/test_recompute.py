@@ -86,7 +86,6 @@ def _rel(a, b) -> float:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", ["kda_300M", "zebra_mamba_300M_hybrid"])
 def test_gpu_recompute_on_flas_kernels_within_bf16_noise(name):
     """FLA's kernels, bf16 autocast, a 300M model's shapes cut to 4 blocks (KDA; MLA + Mamba2),

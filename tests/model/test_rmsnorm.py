@@ -99,7 +99,6 @@ GPU_FP32_TOL = 1e-5
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("prenorm", [False, True])
 def test_gpu_matches_flas_rms_norm(prenorm, _seeded):
     """Ours and FLA's ``rms_norm`` on the same inputs, both against fp64. ``prenorm=True`` is the

@@ -23,6 +23,7 @@ def _assert_untouched(before: dict, after: dict) -> None:
     assert not changed, changed
 
 
+@pytest.mark.slow
 def test_building_on_meta_and_cpu_and_running_has_no_process_wide_side_effects(process_state):
     before, after = process_state(
         """

@@ -168,6 +168,7 @@ def test_plan_reports_the_built_model_count(cli, recipe):
     assert doc["parameters"]["built"] == doc["parameters"]["total"]
 
 
+@pytest.mark.slow
 def test_plan_builds_the_model_without_process_wide_side_effects(process_state):
     """`zebractl plan` counts the parameters of a meta-device build: no process group, megatron's
     parallel state untouched, megatron's patches gone afterwards."""

@@ -1,4 +1,4 @@
-"""`zebractl.run.checkpoint.AsyncSaver`: a background save holds the state of the moment it began,
+"""`zebractl.run.async_save.AsyncSaver`: a background save holds the state of the moment it began,
 writes the files a synchronous save writes, completes only through the marker, and a failure of the
 writer or of the marker thread raises and leaves no complete checkpoint."""
 
@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
+from zebractl.run import async_save  # noqa: E402
 from zebractl.run import checkpoint as ckpt  # noqa: E402
 from zebractl.run.records import CheckpointMarker  # noqa: E402
 
@@ -41,7 +42,7 @@ def _load(folder: Path) -> dict:
     return ckpt.load(folder, _state(torch.empty(64, 32), 0))
 
 
-def _until_done(saver: ckpt.AsyncSaver, timeout: float = 60.0) -> ckpt.SaveDone:
+def _until_done(saver: async_save.AsyncSaver, timeout: float = 60.0) -> async_save.SaveDone:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done = saver.poll()
@@ -54,7 +55,7 @@ def _until_done(saver: ckpt.AsyncSaver, timeout: float = 60.0) -> ckpt.SaveDone:
 def test_a_background_save_holds_the_state_it_began_with(process_group, tmp_path):
     w = torch.randn(64, 32)
     ckpt.save(tmp_path, 1, _state(w, 1), _marker(1), keep_last=0, is_writer=True)
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     final = saver.begin(tmp_path, 2, _state(w, 2), _marker(2), keep_last=0, is_writer=True)
     began = w.clone()
     w.add_(1.0)  # training goes on: the checkpoint keeps the weights of the moment it began
@@ -78,7 +79,7 @@ def test_a_background_save_holds_the_state_it_began_with(process_group, tmp_path
 
 def test_begin_finishes_the_previous_save_and_prunes(process_group, tmp_path):
     w = torch.randn(64, 32)
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     for it in (1, 2, 3):
         saver.begin(tmp_path, it, _state(w, it), _marker(it), keep_last=2, is_writer=True)
         # the previous save is complete (and pruned) before the next begins
@@ -99,11 +100,13 @@ def test_a_failed_background_write_raises_and_completes_nothing(
 
     # the writer processes are forked from this one: they inherit the failing write
     monkeypatch.setattr(filesystem_async, "_write_item", full_disk)
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     saver.begin(
         tmp_path, 5, _state(torch.randn(64, 32), 5), _marker(5), keep_last=0, is_writer=True
     )
-    with pytest.raises(ckpt.SaveFailed, match="iter_0000005 was not saved: writing it failed"):
+    with pytest.raises(
+        async_save.SaveFailed, match="iter_0000005 was not saved: writing it failed"
+    ):
         saver.wait()
     assert ckpt.complete(tmp_path) == []
     assert (tmp_path / "iter_0000005.tmp").is_dir()
@@ -122,11 +125,13 @@ def test_a_failed_marker_thread_raises_at_the_next_poll(process_group, tmp_path,
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr(ckpt, "sha256_file", unreadable)
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     saver.begin(
         tmp_path, 7, _state(torch.randn(64, 32), 7), _marker(7), keep_last=0, is_writer=True
     )
-    with pytest.raises(ckpt.SaveFailed, match="hashing and marking it failed .*Permission denied"):
+    with pytest.raises(
+        async_save.SaveFailed, match="hashing and marking it failed .*Permission denied"
+    ):
         _until_done(saver)
     assert saver.pending is None and saver.last_complete is None
     assert ckpt.complete(tmp_path) == []
@@ -138,7 +143,7 @@ def test_abort_leaves_the_save_incomplete_and_later_saves_sound(process_group, t
     one process-wide queue) must not be taken by the next save, synchronous or not."""
     from megatron.core.dist_checkpointing import ShardedTensor
 
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     bigger = _state(torch.randn(64, 32), 8) | {
         "v": ShardedTensor.from_rank_offsets("v", torch.randn(1000), replica_id=0)
     }  # two write buckets, where the saves below have one
@@ -168,18 +173,20 @@ def test_the_staged_host_copies_live_until_the_save_is_finalised(
     import gc
     import weakref
 
-    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)  # CPU tensors stand in for GPU ones
+    monkeypatch.setattr(
+        async_save, "_needs_staging", lambda t: True
+    )  # CPU tensors stand in for GPU ones
     copies: list[weakref.ref] = []
-    real_copy = ckpt.HostStaging.copy
+    real_copy = async_save.HostStaging.copy
 
     def copy(self, tensors):
         out = real_copy(self, tensors)
         copies.extend(weakref.ref(c) for c in out)
         return out
 
-    monkeypatch.setattr(ckpt.HostStaging, "copy", copy)
+    monkeypatch.setattr(async_save.HostStaging, "copy", copy)
     w = torch.randn(64, 32)
-    saver = ckpt.AsyncSaver()
+    saver = async_save.AsyncSaver()
     saver.staging.reserve(64 * 32 * 4, background=False)
     ((arena, _),) = saver.staging.block_ranges()
     saver.begin(tmp_path, 3, _state(w, 3), _marker(3), keep_last=0, is_writer=True)
@@ -214,7 +221,7 @@ def test_the_staged_host_copies_live_until_the_save_is_finalised(
 def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
     """Mixed dtypes, a non-contiguous tensor, an empty one and a scalar: each copy is equal, starts
     on an aligned offset, and a save larger than the arena grows it by one block."""
-    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)
+    monkeypatch.setattr(async_save, "_needs_staging", lambda t: True)
     g = torch.Generator().manual_seed(int(time.time_ns() % 2**31))
     tensors = [
         torch.randn(33, 7, generator=g).to(torch.bfloat16),
@@ -224,7 +231,7 @@ def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
         torch.empty(0, 4),
         torch.tensor(3.5, dtype=torch.float64),
     ]
-    staging = ckpt.HostStaging()
+    staging = async_save.HostStaging()
     staging.reserve(512)  # in the background; copy() waits for it
     out = staging.copy(tensors)
     for t, c in zip(tensors, out, strict=True):
@@ -232,7 +239,7 @@ def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
         if c.numel():
             assert c.untyped_storage().nbytes() == t.numel() * t.element_size()
             (base,) = [a for a, n in staging.block_ranges() if a <= c.data_ptr() < a + n]
-            assert (c.data_ptr() - base) % ckpt._ALIGN == 0
+            assert (c.data_ptr() - base) % async_save._ALIGN == 0
     grown = staging.nbytes
     assert grown > 512 and len(staging.block_ranges()) == 2
     again = staging.copy(tensors)  # fits now: no growth, same places
@@ -243,7 +250,7 @@ def test_staging_copies_every_dtype_and_shape_exactly(monkeypatch):
 def test_cpu_tensors_are_not_staged():
     """Without a GPU nothing is copied: CPU tensors go to the writer as they are (the fork copies
     them on write), and the arena stays empty."""
-    staging = ckpt.HostStaging()
+    staging = async_save.HostStaging()
     t = torch.randn(4)
     assert staging.copy([t])[0] is t
     assert staging.nbytes == 0
@@ -253,8 +260,8 @@ def test_a_staged_save_writes_its_tensors_not_the_arena(process_group, tmp_path,
     """The writer serialises a tensor's whole storage: a tensor staged in a large arena must hold
     only its own bytes, or every tensor of a save would be written as the whole arena (on the H200
     one 4.25 GB save filled the 64 GB disk that way)."""
-    monkeypatch.setattr(ckpt, "_needs_staging", lambda t: True)
-    saver = ckpt.AsyncSaver()
+    monkeypatch.setattr(async_save, "_needs_staging", lambda t: True)
+    saver = async_save.AsyncSaver()
     saver.staging.reserve(64 << 20, background=False)  # 64 MiB of arena for an 8 KiB tensor
     w = torch.randn(64, 32)
     saver.begin(tmp_path, 1, _state(w, 1), _marker(1), keep_last=0, is_writer=True)

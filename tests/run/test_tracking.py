@@ -224,6 +224,7 @@ def _eval_report(run: Path) -> Any:
     return report
 
 
+@pytest.mark.slow
 def test_train_resume_eval_and_compare_end_in_one_w_and_b_run(cli, fast, tmp_path):
     """A tiny tracked run, killed and resumed, then eval and compare results attached to it."""
     pytest.importorskip("megatron.core")

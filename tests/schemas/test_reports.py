@@ -56,6 +56,7 @@ def test_plan(cli, recipe):
     assert report.parameters.total > 0 and report.batch.global_ > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     [f"recipes/{n}.yaml" for n in catalog.shipped("recipe")]

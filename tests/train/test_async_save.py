@@ -36,6 +36,7 @@ def _weights(folder: Path, cfg) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
 
 
+@pytest.mark.slow
 def test_async_saves_write_what_sync_saves_write_and_resume_bitwise(fast, tmp_path):
     sync = fast.train("tiny_kda", tmp_path / "sync", *SETS[:-1], "checkpoint.async_save=false")
     msgs: list[str] = []
@@ -136,6 +137,7 @@ app(args=sys.argv[4:], prog_name="zebractl")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["writing", "hashing"])
 def test_sigkill_during_an_async_save_leaves_it_incomplete(fast, tmp_path, stage):
     """The save of iteration 4 is held in flight (its writer, or rank 0's marker thread, blocks);

@@ -14,7 +14,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from zebractl.data import demo  # noqa: E402
-from zebractl.runtime import dist  # noqa: E402
 
 SEED = 1234
 
@@ -54,13 +53,13 @@ def _sets(chat_data, *more):
     return (f"data.paths=[{{path: {chat_data}}}]", "data.format=chat", "data.num_workers=0", *more)
 
 
-def test_marked_labels_are_the_assistant_tokens(fast, chat_data):
+def test_marked_labels_are_the_assistant_tokens(fast, chat_data, process_group):
     """Every sample's trained labels, decoded, are assistant answers and their end markers, and
     nothing of a user turn."""
+    from zebractl.data.spec import resolve_data
     from zebractl.data.tokenizer import load_tokenizer
-    from zebractl.train.data import build_datasets, resolve_data
+    from zebractl.train.data import build_datasets
 
-    dist.ensure_initialized()
     cfg = fast.resolve("tiny_kda", *_sets(chat_data)).run
     ds, _ = build_datasets(cfg, resolve_data(cfg), 64, 0, chat_data.parent / "cache")
     tok = load_tokenizer(str(chat_data / "tokenizer"))
@@ -76,13 +75,14 @@ def test_marked_labels_are_the_assistant_tokens(fast, chat_data):
     assert 0.1 < marked / total < 0.6  # answers are about a third of each conversation
 
 
-def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path):
+@pytest.mark.slow
+def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path, process_group):
     """One step at micro 8 (no accumulation), 2 (4 steps) and 1 (8 steps) of the same global
     batch of 8: the same loss and gradient norm to 1e-6, although the micro-batches hold different
     numbers of marked tokens (a mean per micro-batch would differ)."""
-    from zebractl.train.data import build_datasets, resolve_data
+    from zebractl.data.spec import resolve_data
+    from zebractl.train.data import build_datasets
 
-    dist.ensure_initialized()
     cfg = fast.resolve("tiny_kda", *_sets(chat_data)).run
     ds, _ = build_datasets(cfg, resolve_data(cfg), 8, 0, tmp_path / "cache")
     counts = [int(ds[i]["loss_mask"].sum()) for i in range(8)]
@@ -106,6 +106,7 @@ def test_the_loss_is_the_same_at_any_micro_batch_split(fast, chat_data, tmp_path
         assert norm == pytest.approx(base[1], rel=1e-6), (micro, got)
 
 
+@pytest.mark.slow
 def test_chat_training_lowers_the_loss(fast, chat_data, tmp_path):
     fast.train("tiny_kda", tmp_path, *_sets(chat_data, "schedule.iterations=30"))
     losses = fast.losses(tmp_path)

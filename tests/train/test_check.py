@@ -53,6 +53,7 @@ def small_vocab_data(tmp_path_factory) -> Path:
     return root / "data"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", list(catalog.shipped("recipe")))
 def test_every_shipped_recipe_passes_its_check(
     cli, small_vocab_data, demo_chat, recipe, monkeypatch

@@ -19,10 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("fla")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.gpu
 
 SETS = [
     "batch.micro=16",

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.data import demo  # noqa: E402
 from zebractl.data.prepare import PrepareOptions, prepare  # noqa: E402
+from zebractl.data.spec import resolve_data  # noqa: E402
 from zebractl.errors import ConfigError  # noqa: E402
-from zebractl.runtime import dist  # noqa: E402
-from zebractl.train.data import build_datasets, resolve_data  # noqa: E402
+from zebractl.train.data import build_datasets  # noqa: E402
 
 TEXT = ["The quick brown fox jumps over the lazy dog. " * 20 + str(i) for i in range(60)]
 
@@ -51,10 +51,9 @@ def test_blend_weights_follow_entries_not_shards(tmp_path):
     assert (spec.vocab_size, spec.eod) == (50257, 50256)
 
 
-def test_gpt_dataset_samples(tmp_path):
+def test_gpt_dataset_samples(tmp_path, process_group):
     out = _prepared(tmp_path, "a", TEXT)
     cfg = _cfg(out)
-    dist.ensure_initialized()
     train, valid = build_datasets(cfg, resolve_data(cfg), 40, 4, tmp_path / "cache")
     assert len(train) >= 40 and len(valid) >= 4  # the recipe's 98/2/0 split
     sample = train[0]

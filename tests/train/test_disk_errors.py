@@ -80,6 +80,7 @@ def _deny_writes_under(monkeypatch, root: Path, code: int) -> None:
     monkeypatch.setattr(os, "open", refusing)
 
 
+@pytest.mark.slow
 def test_a_read_only_run_directory_is_named_and_the_rerun_resumes(
     cli, fast, tmp_path, reference, monkeypatch
 ):
@@ -111,6 +112,7 @@ def test_a_read_only_run_directory_is_named_and_the_rerun_resumes(
         _losses_match(fast, run, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_save", [False, True], ids=["blocking", "async"])
 def test_a_disk_that_fills_during_a_save_is_named_and_nothing_is_lost(
     cli, fast, tmp_path, reference, monkeypatch, async_save

@@ -18,10 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.gpu
 
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.run import checkpoint as ckpt  # noqa: E402

@@ -61,6 +61,7 @@ def _mismatches(got: list[float], want: list[float]) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_losses_match_the_golden_numbers(recipe, demo_data, tmp_path, request):
     got = _run(demo_data, tmp_path, recipe)
@@ -78,6 +79,7 @@ def test_losses_match_the_golden_numbers(recipe, demo_data, tmp_path, request):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_the_golden_check_catches_wrong_numerics(demo_data, tmp_path, monkeypatch):
     """A wrong initialisation, gate or norm each moves the losses past the tolerance within the
     first 6 steps (measured: by step 6 each is 3.9x-28x past it), so the runs stop there."""

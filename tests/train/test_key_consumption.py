@@ -248,6 +248,7 @@ def _starts_from(name: str) -> tuple[bool, str]:
     return resolve_recipe(name, []).run.init_from is not None, name
 
 
+@pytest.mark.slow
 def test_every_key_of_every_shipped_recipe_is_read(demo_data, demo_chat, tmp_path, monkeypatch):
     unread: dict[str, list[str]] = {}
     every_leaf: set[str] = set()
@@ -267,6 +268,7 @@ def test_every_key_of_every_shipped_recipe_is_read(demo_data, demo_chat, tmp_pat
     assert len(RECIPES) >= 15
 
 
+@pytest.mark.slow
 def test_the_tracker_sees_an_unread_key(demo_data, tmp_path, monkeypatch):
     """The check itself can fail: a key the code ignores shows up as unread."""
     from zebractl.train import trainer

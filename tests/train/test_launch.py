@@ -60,6 +60,7 @@ def test_submit_without_sbatch_is_a_clear_failure(cli, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "sbatch is not on PATH" in r.stderr
 
 
+@pytest.mark.slow
 def test_two_process_data_parallel_matches_one_process(cli, fast, tmp_path):
     sets = fast.args("schedule.iterations=4", "checkpoint.interval=2")
     one = cli("train", "tiny_kda", *sets, "--output", str(tmp_path / "one"))
@@ -93,6 +94,7 @@ def test_two_process_data_parallel_matches_one_process(cli, fast, tmp_path):
         assert resumed == pytest.approx((a if src == "one" else b)[2:], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_torchrun_launch_saves_every_rank_and_exits_143(fast, tmp_path):
     """The launcher forwards SIGTERM to the workers, which finish their step and save together."""
     out = tmp_path / "run"

@@ -28,6 +28,7 @@ def test_the_label_after_an_end_of_document_is_not_trained():
     assert seg.cu_seqlens.tolist() == [0, 3, 6]
 
 
+@pytest.mark.slow
 def test_isolated_text_trains_fewer_labels_and_another_loss(fast, tmp_path):
     """The same rows, fp32 (deterministic on CPU): isolated drops one label per document boundary
     and changes the contexts, so its first loss differs from concat's beyond rounding (measured:

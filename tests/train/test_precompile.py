@@ -81,7 +81,6 @@ def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (FLA kernels)")
 def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp_path, monkeypatch):
     """The real thing on a GPU with FLA kernels: the thread runs and succeeds (its note is printed),
     and the run's losses equal those of a run without it: the first bitwise (forward kernels are

@@ -10,6 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_mamba", "tiny_hybrid"])
 def test_losses_are_bitwise_equal_with_and_without_recomputation(fast, tmp_path, recipe):
     losses = {}

@@ -68,6 +68,7 @@ def pair(demo_data, demo_chat, tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(base=base, sft=sft, result=result, said=said)
 
 
+@pytest.mark.slow
 def test_tiny_sft_lowers_the_assistant_loss_and_its_export_answers(pair, tmp_path, cli):
     base, sft, result, said = pair.base, pair.sft, pair.result, pair.said
     assert result.stopped == "done"
@@ -99,6 +100,7 @@ def test_tiny_sft_lowers_the_assistant_loss_and_its_export_answers(pair, tmp_pat
     assert answer not in ("''", '""'), p.stdout
 
 
+@pytest.mark.slow
 def test_eval_and_compare_give_the_before_after_report(pair, cli):
     """`zebractl eval BASE && zebractl eval SFT && zebractl compare SFT BASE`: one report naming
     BASE as SFT's init (the checkpoint of iteration 20), each task's delta after - before (SFT -

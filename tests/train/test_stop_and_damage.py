@@ -28,6 +28,7 @@ def _weights(fast, folder):
     return {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
 
 
+@pytest.mark.slow
 def test_signals_at_random_moments_stop_at_a_step_boundary(
     cli, fast, tmp_path, _seeded, monkeypatch
 ):
@@ -146,6 +147,7 @@ def test_a_stop_saves_the_completed_step_not_the_next(fast, tmp_path):
     assert list(fast.losses(tmp_path)) == [1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage", ["truncate a shard", "empty common.pt", "legacy marker, truncated shard"]
 )
@@ -187,6 +189,7 @@ def test_every_checkpoint_damaged_is_a_usage_error_not_a_fresh_start(cli, fast, 
     assert "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_a_torn_data_cache_is_rebuilt(fast, tmp_path):
     sets = ("schedule.iterations=3",)
     fast.train("tiny_gdn", tmp_path / "a", *sets)
@@ -306,6 +309,7 @@ def _emptied(folder, keep=()):
             p.rmdir()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("left", ["nothing", "everything but the marker", "only the marker"])
 def test_emptied_checkpoint_folders_are_named_and_refused_never_a_silent_restart(
     cli, fast, tmp_path, left
@@ -347,6 +351,7 @@ def test_emptied_checkpoint_folders_are_named_and_refused_never_a_silent_restart
     assert [c.iteration for c in ckpt.complete(tmp_path / "checkpoints")] == [2, 4, 6]
 
 
+@pytest.mark.slow
 def test_an_emptied_newest_checkpoint_is_named_and_skipped_for_an_intact_one(fast, tmp_path):
     sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
     fast.train("tiny_kda", tmp_path, *sets, stop_after=4)

@@ -19,6 +19,7 @@ from zebractl.train import trainer as trainer_mod  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
 def test_tiny_recipes_learn_and_validate_on_real_text(recipe, fast, tmp_path):
     # the recipes' own held-out 2% (data.split 98/2/0), evaluated every 10 iterations and at the end
@@ -43,6 +44,7 @@ def test_tiny_recipes_learn_and_validate_on_real_text(recipe, fast, tmp_path):
     assert result.checkpoint == ckpt.checkpoint_dir(tmp_path / "checkpoints", 30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_kill_and_resume_reproduces_the_losses_bitwise(fast, tmp_path, workers):
     sets = (
@@ -62,6 +64,7 @@ def test_kill_and_resume_reproduces_the_losses_bitwise(fast, tmp_path, workers):
     assert full.final_loss == resumed.final_loss
 
 
+@pytest.mark.slow
 def test_workers_do_not_change_the_data(fast, tmp_path):
     sets = ("schedule.iterations=3",)
     fast.train("tiny_gdn", tmp_path / "w0", *sets, "data.num_workers=0")
@@ -69,6 +72,7 @@ def test_workers_do_not_change_the_data(fast, tmp_path):
     assert fast.losses(tmp_path / "w0") == fast.losses(tmp_path / "w2")
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_and_torn_saves_are_skipped(fast, tmp_path):
     import shutil
 
@@ -101,6 +105,7 @@ def test_checkpoint_round_trip_and_torn_saves_are_skipped(fast, tmp_path):
     assert common["config"]["config"]["model"]["gdn"]["num_heads"] == 2
 
 
+@pytest.mark.slow
 def test_keep_last_prunes_old_checkpoints_and_tensorboard_logs(fast, tmp_path):
     sets = (
         "schedule.iterations=6",
@@ -147,6 +152,7 @@ def test_a_non_finite_gradient_norm_with_a_finite_loss_stops_too(cli, fast, tmp_
     assert "the gradient norm is inf at iteration 1" in r.stderr and "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_nonfinite_skip_drops_the_update_and_counts_it(fast, tmp_path, monkeypatch):
     _poison_forward(monkeypatch, lambda n: n in (5, 6))  # iteration 3's two micro-batches
     msgs: list[str] = []
@@ -206,6 +212,7 @@ def test_resume_refuses_a_checkpoint_of_the_other_optimizer_impl(fast, tmp_path)
         fast.train("tiny_kda", tmp_path, "schedule.iterations=3")
 
 
+@pytest.mark.slow
 def test_init_from_takes_weights_not_optimizer(fast, tmp_path):
     sets = ("schedule.iterations=3",)
     fast.train("tiny_kda", tmp_path / "a", *sets)
@@ -221,6 +228,7 @@ def test_init_from_takes_weights_not_optimizer(fast, tmp_path):
     assert lrs[0] == lrs[1]
 
 
+@pytest.mark.slow
 def test_init_json_names_the_checkpoint_loaded_and_outlives_a_resume(fast, tmp_path):
     import shutil
 
@@ -277,6 +285,7 @@ def test_running_out_of_data_says_so(fast, tmp_path, monkeypatch):
         fast.train("tiny_kda", tmp_path, "schedule.iterations=3")
 
 
+@pytest.mark.slow
 def test_the_config_record_and_a_changed_config_on_resume(fast, tmp_path):
     from zebractl.run import RunDir
 
@@ -347,6 +356,7 @@ def test_the_log_shows_progress_and_the_header_the_resolved_run(cli, fast, tmp_p
     ), done
 
 
+@pytest.mark.slow
 def test_a_resumed_run_counts_from_its_iteration(fast, tmp_path):
     sets = ("schedule.iterations=4", "checkpoint.interval=2")
     fast.train("tiny_kda", tmp_path, *sets, stop_after=2)

@@ -88,7 +88,9 @@ def compare(
     rep.check_run(run_a)
     if run_b is not None:
         rep.check_run(run_b)
-    b_name = rep.fla_reference_dir(run_a).name if fla else Path(run_b).name
+    from zebractl.run.rundir import RunDir
+
+    b_name = RunDir(Path(run_a)).reference_root("fla").name if fla else Path(run_b).name
     folder = output or Path(run_a) / "reports" / f"compare-{b_name}"
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{folder}: exists and is not a folder; choose another --output")
@@ -118,7 +120,9 @@ def _compare(
 
     with stdout_to_stderr(json_out):
         if fla:
-            run_b = rep.fla_reference(run_a, console=say)
+            from zebractl.train.reference_run import train_fla_reference
+
+            run_b = train_fla_reference(run_a, console=say)
         assert run_b is not None
         data = rep.compare(run_a, run_b, force=force)
     from zebractl.errors import ConfigError

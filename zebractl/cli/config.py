@@ -46,7 +46,7 @@ def show(
 ) -> None:
     """Print every resolved value with its source (default, FILE:LINE or --set); for a run
     directory, the config the run recorded, with the sources it recorded."""
-    from zebractl.config.resolve import resolve_any
+    from zebractl.run.resolve import resolve_any
 
     r = resolve_any(config, set_)
     values = r.values()
@@ -92,8 +92,8 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate presets and recipes; exit 2 if any is invalid."""
-    from zebractl.config.resolve import resolve_any
     from zebractl.errors import ConfigError
+    from zebractl.run.resolve import resolve_any
     from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
 
     results = []
@@ -129,7 +129,7 @@ def diff(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Show the resolved values that differ between two configs or runs, with their sources."""
-    from zebractl.config.resolve import resolve_any
+    from zebractl.run.resolve import resolve_any
     from zebractl.schemas.reports import ConfigDifference, ConfigDiffReport
 
     ra, rb = resolve_any(a), resolve_any(b)

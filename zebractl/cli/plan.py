@@ -74,11 +74,21 @@ def plan(
                 "--fit needs the GPU's memory: this machine has no CUDA GPU to ask, so give "
                 "--gpu-memory GIB (e.g. 139 for an H200, 79 for an H100 80GB)"
             )
-    report = Plan(r.source, r.run, fit_gib=capacity, build=build).report()
+    built = _built(r.run.model) if build else None
+    report = Plan(r.source, r.run, fit_gib=capacity, built=built).report()
     if json_out:
         emit_json(report)
         return
     _print(report)
+
+
+def _built(m) -> int | None:
+    """The parameters of the model built on the meta device (None without megatron-core)."""
+    try:
+        from zebractl.model.model import built_parameter_count
+    except ImportError:
+        return None
+    return built_parameter_count(m)
 
 
 def _this_gpu_gib() -> float | None:

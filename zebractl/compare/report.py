@@ -548,33 +548,3 @@ def parse_tolerances(items: list[str]) -> dict[str, float]:
             raise ConfigError(f"--tolerance {item}: expected a finite number >= 0")
         tol[key] = v
     return tol
-
-
-def fla_reference_dir(run_path: Path) -> Path:
-    """``RUN-fla-reference``, beside the run: where :func:`fla_reference` trains."""
-    run_path = Path(run_path)
-    return run_path.with_name(f"{run_path.name}-fla-reference")
-
-
-def fla_reference(run_path: Path, console: Any = print) -> Path:
-    """Train (or resume, or reuse when complete) the FLA reference of a run: the same resolved
-    config, FLA's class, into ``RUN-fla-reference`` beside it. The trainer holds that directory's
-    lock while it trains (``compare --fla`` holds RUN's for the whole command)."""
-    from zebractl.run.rundir import RunDir
-    from zebractl.runtime import dist, kernel_cache
-    from zebractl.schemas.recipe import RunConfig
-    from zebractl.train.trainer import Trainer
-
-    run = RunDir(Path(run_path))
-    record = run.read_config()
-    if record.reference is not None:
-        raise ConfigError(f"{run.root} is itself a {record.reference} reference run")
-    cfg = RunConfig.model_validate(record.config)
-    root = fla_reference_dir(run.root)
-    console(f"FLA reference of {run.root}: {root}")
-    kernel_cache.configure()
-    with dist.scoped():
-        Trainer(
-            cfg, RunDir(root), record.model_copy(update={"reference": "fla"}), console=console
-        ).fit()
-    return root

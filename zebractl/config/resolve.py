@@ -507,63 +507,17 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
     return Resolved("recipe", path.stem, source, cfg, _provenance(cfg, where))
 
 
-RUN_CONFIG_NAME = "config.resolved.json"
-"""The resolved config a run directory records (``zebractl.run.rundir.RunDir.CONFIG``)."""
-
-
-def resolve_run(ref: str | Path, sets: list[str] | None = None) -> Resolved:
-    """The resolved config a run recorded: ``RUN`` or ``RUN/config.resolved.json``, with the
-    provenance as recorded, then ``--set`` overrides (validated as a recipe again)."""
-    from zebractl.run.rundir import RunDir  # run/ owns the run directory's layout
-
-    path = Path(ref)
-    if path.is_dir():
-        root = path
-        if not (root / RunDir.CONFIG).is_file():
-            raise ConfigError(
-                f"{ref}: a directory but not a zebractl run directory (no {RunDir.CONFIG}); give a "
-                "shipped recipe or preset name, a .yaml file, or a run directory"
-            )
-    elif path.name == RunDir.CONFIG:
-        root = path.parent
-    else:
-        raise ConfigError(
-            f"{ref}: not a recipe or preset (.yaml) nor a run's {RunDir.CONFIG}; give a shipped "
-            "name, a .yaml file, or a run directory"
-        )
-    run = RunDir(root)
-    record = run.read_config()
-    raw = copy.deepcopy(record.config)
-    where = dict(record.provenance)
-    apply_sets(raw, sets or [], where)
-    source = str(run.config_path)
+def validated_run(name: str, source: str, raw: dict[str, Any], where: dict[str, str]) -> Resolved:
+    """A run's recorded config (``raw``, its provenance ``where``) validated as a recipe again."""
     cfg = _validate(RunConfig, raw, where, source)
-    return Resolved("recipe", record.name, source, cfg, _provenance(cfg, where))
+    return Resolved("recipe", name, source, cfg, _provenance(cfg, where))
 
 
-def _is_run(path: Path) -> bool:
-    try:
-        if path.is_dir():  # a run directory or a mistake (resolve_run says which), unless it is
-            # a folder named like a shipped config in the working directory
-            names = {*catalog.shipped("recipe"), *catalog.shipped("preset")}
-            return (path / RUN_CONFIG_NAME).is_file() or str(path) not in names
-        return path.name == RUN_CONFIG_NAME or path.suffix == ".json"
-    except (OSError, ValueError):
-        return False
-
-
-def resolve_any(ref: str, sets: list[str] | None = None) -> Resolved:
-    """A recipe or preset, by path (kind detected) or shipped name (recipes first), or the
-    resolved config a run directory recorded (``RUN`` or ``RUN/config.resolved.json``)."""
-    if _is_run(Path(ref)) and (Path(ref).is_dir() or catalog.is_file(ref)):  # RUN or its JSON
-        return resolve_run(ref, sets)
+def resolve_ref(ref: str, sets: list[str] | None = None) -> Resolved:
+    """A recipe or preset by path (kind detected) or shipped name (recipes first); run
+    directories are :func:`zebractl.run.resolve.resolve_any`'s."""
     if catalog.looks_like_path(ref) or catalog.is_file(ref):
         path = Path(ref)
-        if not catalog.is_file(path):
-            raise ConfigError(
-                f"{ref}: no such file or run directory (give a shipped name, a .yaml recipe "
-                f"or preset, or a run directory holding {RUN_CONFIG_NAME})"
-            )
         kind = detect_kind(path)
         return resolve_recipe(path, sets) if kind == "recipe" else resolve_preset(path, sets)
     if ref in catalog.shipped("recipe"):

@@ -5,7 +5,7 @@ layout, hybrids and pure Mamba2 included.
 ``export_hf(SOURCE, OUTPUT)``: SOURCE is a run directory (its newest complete checkpoint, or
 ``iteration``), its checkpoints folder or one checkpoint folder inside a run. The weights are read
 through megatron's sharded checkpoint loader into a CPU model (any data-parallel size the checkpoint
-was written with), mapped by the declarative tables of :mod:`zebractl.convert.mapping`, cast to the
+was written with), mapped by the declarative tables of :mod:`zebractl.hf.mapping`, cast to the
 export dtype and written as ``model.safetensors`` (sharded with ``model.safetensors.index.json``
 above ``max_shard_bytes``), with FLA's ``config.json``, ``generation_config.json``, the tokenizer the
 data was prepared with (the dataset's ``tokenizer/``) and a model card. The folder is written under
@@ -27,6 +27,14 @@ from typing import Any
 import torch
 
 from zebractl.errors import ConfigError
+from zebractl.hf.load import (
+    FLA_CLASSES,
+    ZEBRACTL_KEY,
+    architecture,
+    hf_model_config,
+    is_hf_folder,
+    load_hf_state,
+)
 from zebractl.schemas.recipe import RunConfig
 
 Tensor = torch.Tensor
@@ -35,12 +43,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 HF_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 SHARD_BYTES = 5 * 2**30
 """Above this many bytes of tensors the export is sharded (Hugging Face's usual 5 GB)."""
-ZEBRACTL_KEY = "zebractl_model"
-"""config.json key of our exports holding the full model config (so an import needs no preset)."""
-FLA_CLASSES = {
-    "kda": ("KDAConfig", "KDAForCausalLM"),
-    "gdn": ("GatedDeltaNetConfig", "GatedDeltaNetForCausalLM"),
-}
 
 
 @dataclass
@@ -157,7 +159,7 @@ def zebra_config(m: Any, rope: dict[str, Any] | None) -> dict[str, Any]:
 
 def export_format(cfg: RunConfig, fmt: str) -> str:
     """``fla`` or ``zebra`` for ``--format`` (``auto``: FLA's class where there is one)."""
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     if fmt not in ("auto", *mapping.FORMATS):
         raise ConfigError(f"--format {fmt}: expected auto, fla or zebra")
@@ -223,29 +225,6 @@ def write_safetensors(tensors: dict[str, Tensor], folder: Path, max_shard_bytes:
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return files
-
-
-def read_safetensors(folder: Path) -> dict[str, Tensor]:
-    """Every tensor of an exported folder (single file or sharded with an index)."""
-    from safetensors.torch import load_file
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{index}: not a safetensors index ({exc})") from None
-    elif (folder / "model.safetensors").is_file():
-        files = ["model.safetensors"]
-    else:
-        raise ConfigError(f"{folder}: no model.safetensors (or index) here")
-    out: dict[str, Tensor] = {}
-    for f in files:
-        try:
-            out |= load_file(folder / f)
-        except Exception as exc:  # noqa: BLE001 - a damaged file is the user's input
-            raise ConfigError(f"{folder / f}: cannot be read as safetensors ({exc})") from None
-    return out
 
 
 def dataset_dir(cfg: RunConfig) -> Path | None:
@@ -368,7 +347,7 @@ def hf_config(
     m: Any, fmt: str, rope: dict[str, Any] | None, tok_dir: Path | None, dt: torch.dtype
 ) -> tuple[Any, str, str]:
     """The Hugging Face config of model ``m`` in format ``fmt``; with its family and class name."""
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     ids = _token_ids(tok_dir) if tok_dir is not None else {}
     if fmt == "fla":
@@ -395,8 +374,7 @@ def hf_config(
 def in_memory(src: Source, dtype: torch.dtype) -> Any:
     """The checkpoint as a ``ZebraForCausalLM`` in memory (CPU, ``dtype``, eval mode): what
     ``convert --format zebra`` would write and ``from_pretrained`` load, with no folder written."""
-    from zebractl.convert import mapping
-    from zebractl.hf import ZebraForCausalLM
+    from zebractl.hf import ZebraForCausalLM, mapping
 
     model = load_model(src)
     rope = mla_rope(model)
@@ -425,7 +403,7 @@ def export_hf(
     console: Callable[[str], None] = print,
 ) -> ExportResult:
     """Write the Hugging Face folder of a checkpoint (see the module docstring)."""
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     output = Path(output)
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
@@ -487,127 +465,6 @@ def export_hf(
 
 
 # ---- import: a Hugging Face folder (ours or FLA's) -> our weights ----------------------------------
-
-
-def is_hf_folder(path: Path) -> bool:
-    """A folder with ``config.json`` and safetensors weights."""
-    p = Path(path)
-    return (p / "config.json").is_file() and (
-        (p / "model.safetensors").is_file() or (p / "model.safetensors.index.json").is_file()
-    )
-
-
-def _read_config(folder: Path) -> dict[str, Any]:
-    path = Path(folder) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: not a JSON object")
-    return config
-
-
-def folder_format(config: dict[str, Any]) -> str:
-    """``zebra`` for a ``ZebraConfig`` folder, else ``fla``."""
-    return "zebra" if config.get("model_type") == "zebra" else "fla"
-
-
-def architecture(m: Any) -> str:
-    """``kda`` / ``gdn`` for pure models, else the block kinds joined (``mla+kda``)."""
-    from zebractl.convert import mapping
-
-    try:
-        return mapping.family(m)
-    except mapping.MappingError:
-        return "+".join(dict.fromkeys(m.blocks))
-
-
-def model_differences(theirs: Any, ours: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys where an embedded model config differs from the model's."""
-    if isinstance(theirs, dict) and isinstance(ours, dict):
-        out = []
-        for k in sorted(set(theirs) | set(ours)):
-            out += model_differences(theirs.get(k), ours.get(k), f"{prefix}{k}.")
-        return out
-    return [] if theirs == ours else [f"{prefix[:-1]} is {theirs!r}, the model's is {ours!r}"]
-
-
-def check_fits(folder: Path, m: Any) -> None:
-    """Refuse (exit 2) a folder whose config is not this model's, naming every difference."""
-    from zebractl.convert import mapping
-    from zebractl.convert.verify import config_problems
-
-    config = _read_config(folder)
-    if folder_format(config) == "zebra":
-        embedded = config.get(ZEBRACTL_KEY)
-        problems = (
-            model_differences(embedded, m.model_dump(mode="json"))
-            if isinstance(embedded, dict)
-            else [f"config.json has no {ZEBRACTL_KEY}"]
-        )
-        if problems:
-            raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems[:8]))
-        return
-    try:  # FLA's own checkpoints have the tokenizer's rows, ours keep the padding rows too
-        expected = mapping.fla_config(m, config.get("vocab_size") == m.padded_vocab_size)
-    except mapping.MappingError as exc:
-        raise ConfigError(f"{folder}: {exc}") from None
-    want = {"kda": "kda", "gdn": "gated_deltanet"}[mapping.family(m)]
-    problems = (
-        []
-        if config.get("model_type") == want
-        else [f"model_type is {config.get('model_type')!r}, this model needs {want!r}"]
-    )
-    problems += config_problems(config, expected)
-    if problems:
-        raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems))
-
-
-def hf_model_config(folder: Path, preset: str | None = None) -> Any:
-    """The model of an HF folder: the config our exports embed, else ``preset`` (checked)."""
-    from zebractl.config.resolve import resolve_preset
-    from zebractl.schemas.preset import ModelConfig
-
-    config = _read_config(folder)
-    if preset is not None:
-        m = resolve_preset(preset).config
-    elif isinstance(config.get(ZEBRACTL_KEY), dict):
-        try:
-            m = ModelConfig.model_validate(config[ZEBRACTL_KEY])
-        except Exception as exc:  # noqa: BLE001 - a damaged embedded config is the user's input
-            raise ConfigError(
-                f"{folder}/config.json: {ZEBRACTL_KEY} is not a valid model ({exc})"
-            ) from None
-    else:
-        raise ConfigError(
-            f"{folder} was not exported by zebractl: name its architecture with --preset NAME "
-            "(checked against the folder's config.json)"
-        )
-    check_fits(folder, m)
-    return m
-
-
-def load_hf_state(folder: Path, m: Any) -> dict[str, Tensor]:
-    """An HF folder's weights by our names (padding rows of the vocabulary zero-filled)."""
-    from zebractl.convert import mapping
-
-    fmt = folder_format(_read_config(Path(folder)))
-    try:
-        return mapping.from_hf(read_safetensors(Path(folder)), m, fmt)
-    except mapping.MappingError as exc:
-        raise ConfigError(f"{folder}: {exc}") from None
-
-
-def load_hf_into(model: Any, folder: Path, m: Any) -> None:
-    """``--init-from HF_FOLDER``: put an HF folder's weights into a built model (checked first)."""
-    from zebractl.run.checkpoint import load_model_state
-
-    check_fits(folder, m)
-    sd = load_hf_state(folder, m)
-    own = model.state_dict()
-    # in the model's dtypes (bf16 on the megatron engine); an unknown name is reported by the load
-    load_model_state(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()})
 
 
 @dataclass

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from zebractl.convert.mapping import MAMBA2_MIXER_TENSORS, MappingError
 from zebractl.errors import ConfigError
+from zebractl.hf.mapping import MAMBA2_MIXER_TENSORS, MappingError
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor

@@ -16,7 +16,6 @@ The first failing tier ends the check (later tiers are reported as not run).
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,23 +50,6 @@ def _fail(name: str, problems: list[str], **metrics: Any) -> Tier:
     return Tier(name, "fail", shown, metrics)
 
 
-def config_problems(config: dict[str, Any], expected: dict[str, Any]) -> list[str]:
-    out = []
-    for k, v in expected.items():
-        if k not in config:
-            out.append(f"config.json has no {k}")
-            continue
-        got = config[k]
-        same = (
-            math.isclose(float(got), float(v), rel_tol=1e-12, abs_tol=0.0)
-            if isinstance(v, float) and isinstance(got, int | float)
-            else got == v
-        )
-        if not same:
-            out.append(f"config.json {k} is {got!r}, the model's is {v!r}")
-    return out
-
-
 def documents(cfg: Any, held_out: bool = False) -> Iterator[list[int]]:
     """The token ids of the run's documents, one list per document, in order: its training data,
     or (``held_out``) what it validated on: the validation shards `zebractl prepare
@@ -75,7 +57,7 @@ def documents(cfg: Any, held_out: bool = False) -> Iterator[list[int]]:
     each dataset's documents in order to train, then valid, then test)."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
-    from zebractl.train.data import resolve_data
+    from zebractl.data.spec import resolve_data
 
     spec = resolve_data(cfg)
     if not spec.train:
@@ -145,18 +127,16 @@ def verify(
     """Run the tiers; returns the source and one :class:`Tier` per tier."""
     import json
 
-    from zebractl.convert import mapping
     from zebractl.convert.hf import (
         DTYPES,
-        folder_format,
         load_model,
         mla_rope,
-        model_differences,
         model_state,
         open_source,
-        read_safetensors,
         zebra_config,
     )
+    from zebractl.hf import mapping
+    from zebractl.hf.load import config_problems, folder_format, model_differences, read_safetensors
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -242,8 +222,8 @@ def verify(
     if tiers[-1].status == "pass":
         import contextlib
 
-        from zebractl.convert.fla_reference import on_cpu
         from zebractl.model.model import build_model
+        from zebractl.runtime.fla_cpu import on_cpu
 
         gpu = device == "cuda"
         dtype, tol = (

@@ -41,13 +41,7 @@ def tokenize_chat_shard(
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    from zebractl.data.prepare import (
-        RECORD_PROBLEMS,
-        _is_valid,
-        _write_json,
-        discard,
-        publish,
-    )
+    from zebractl.data.shard_files import RECORD_PROBLEMS, discard, is_valid, publish, write_json
     from zebractl.util import sha256_file
 
     out = Path(opts.output)
@@ -93,9 +87,7 @@ def tokenize_chat_shard(
                             continue
                         talk["truncated"] += len(kept[0]) < len(ids)
                         ids, mask = kept
-                    split = (
-                        "valid" if _is_valid(shard.name, index, opts.valid_fraction) else "train"
-                    )
+                    split = "valid" if is_valid(shard.name, index, opts.valid_fraction) else "train"
                     index += 1
                     tokens_b[split].add_document(np.asarray(ids, dtype=dtype), [len(ids)])
                     masks_b[split].add_document(np.asarray(mask, dtype=np.uint8), [len(mask)])
@@ -154,7 +146,7 @@ def tokenize_chat_shard(
         "dropped_tokens": 0,
         "chat": {k: int(v) for k, v in talk.items()},
     }
-    _write_json(final_dir / f"{shard.name}.json", stats)
+    write_json(final_dir / f"{shard.name}.json", stats)
     return stats
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from zebractl import __version__
+from zebractl.data.shard_files import RECORD_PROBLEMS, discard, is_valid, publish, write_json
 from zebractl.data.sources import InputError, Source, documents, expand_inputs
 from zebractl.errors import ConfigError
 from zebractl.util import sha256_file
@@ -41,13 +41,6 @@ from zebractl.util import sha256_file
 FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
 ENCODE_BATCH = 256  # documents per tokenizer call
 MANIFEST_VERSION = 1
-RECORD_PROBLEMS = (
-    "malformed_json",
-    "missing_text_key",
-    "invalid_utf8",
-    "invalid_unicode",
-    "not_text",
-)
 
 
 @dataclass(frozen=True)
@@ -163,18 +156,6 @@ def plan_shards(sources: list[Source], shard_bytes: int, workers: int) -> list[S
     return shards
 
 
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def _is_valid(key: str, index: int, fraction: float) -> bool:
-    if fraction <= 0:
-        return False
-    return zlib.crc32(f"{key}:{index}".encode()) / 2**32 < fraction
-
-
 # ---- the worker --------------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
@@ -256,7 +237,7 @@ def tokenize_shard(
         full = len(row_buffer) // n
         for r in range(full):
             row = row_buffer[r * n : (r + 1) * n]
-            split = "valid" if _is_valid(shard.name, row_index, opts.valid_fraction) else "train"
+            split = "valid" if is_valid(shard.name, row_index, opts.valid_fraction) else "train"
             builders[split].add_document(np.asarray(row, dtype=dtype), [n])
             counts[split]["documents"] += 1
             counts[split]["tokens"] += n
@@ -275,7 +256,7 @@ def tokenize_shard(
                 if docs_in_batch == FLA_MAP_BATCH:
                     flush_rows()
             else:
-                split = "valid" if _is_valid(shard.name, index, opts.valid_fraction) else "train"
+                split = "valid" if is_valid(shard.name, index, opts.valid_fraction) else "train"
                 builders[split].add_document(np.asarray(doc, dtype=dtype), [len(doc)])
                 counts[split]["documents"] += 1
                 counts[split]["tokens"] += len(doc)
@@ -359,27 +340,8 @@ def tokenize_shard(
         "skipped": dict(skipped),
         "dropped_tokens": dropped,
     }
-    _write_json(final_dir / f"{shard.name}.json", stats)
+    write_json(final_dir / f"{shard.name}.json", stats)
     return stats
-
-
-def publish(builder: Any, tmp: Path, final: Path) -> dict[str, dict[str, Any]]:
-    """Finish the indexed dataset ``builder`` wrote at ``tmp`` (.bin/.idx), move it to ``final``
-    and return its files' sizes and sha256s (a shard output's ``files``)."""
-    builder.finalize(f"{tmp}.idx")
-    files = {}
-    for ext in ("bin", "idx"):
-        src = Path(f"{tmp}.{ext}")
-        files[ext] = {"bytes": src.stat().st_size, "sha256": sha256_file(src)}
-        src.replace(f"{final}.{ext}")
-    return files
-
-
-def discard(builder: Any, tmp: Path) -> None:
-    """Close an unfinished indexed dataset and remove its temporary files."""
-    builder.data_file.close()
-    for ext in ("bin", "idx"):
-        Path(f"{tmp}.{ext}").unlink(missing_ok=True)
 
 
 def _checked(docs, skip_bad: bool, skipped: Counter):
@@ -479,7 +441,7 @@ def prepare(
     out.mkdir(parents=True, exist_ok=True)
     (out / ".tmp").mkdir(exist_ok=True)
     if not job_path.is_file():
-        _write_json(job_path, job)
+        write_json(job_path, job)
     tok.save(out / "tokenizer")
 
     results: dict[str, dict[str, Any]] = {}
@@ -527,7 +489,7 @@ def prepare(
             f"{totals['empty_documents']} empty document(s), {skipped} record(s) skipped; "
             "nothing to prepare (check --text-key and the input files)"
         )
-    _write_json(out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest)
     if not any((out / ".tmp").iterdir()):
         (out / ".tmp").rmdir()
     return manifest

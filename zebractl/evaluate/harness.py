@@ -98,11 +98,12 @@ def open_model(
     import torch
 
     from zebractl.convert import hf as H
+    from zebractl.hf.load import is_hf_folder
 
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such model folder, run directory or checkpoint")
-    if H.is_hf_folder(path):
+    if is_hf_folder(path):
         if iteration is not None:
             raise ConfigError("--iteration applies to a run directory, not a Hugging Face folder")
         try:
@@ -259,7 +260,7 @@ def run_lm_eval(
     tm = TaskManager(include_path=str(task_dir), include_defaults=False)
     ctx: Any = contextlib.nullcontext()
     if loaded.cpu_reference:
-        from zebractl.convert.fla_reference import on_cpu
+        from zebractl.runtime.fla_cpu import on_cpu
 
         ctx = on_cpu()
     import lm_eval.evaluator as ev
@@ -304,7 +305,7 @@ def _previous(path: Path) -> Any:
 
 
 def _is_hf_folder(path: Path) -> bool:
-    """:func:`zebractl.convert.hf.is_hf_folder`, without importing torch (before the lock)."""
+    """:func:`zebractl.hf.load.is_hf_folder`, without importing torch (before the lock)."""
     return (path / "config.json").is_file() and (
         (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()
     )

@@ -5,7 +5,7 @@ elsewhere) exactly as the training model computes it.
 Block ``i`` is ``model.layers.{i}``: ``attn_norm``, ``attn`` (the mixer or the MLA), ``mlp_norm``,
 ``mlp``. KDA and GDN use FLA's tensor names (separate q/k/v projections and convolutions), Mamba2
 FLA's Mamba2 layer names, MLA transformers' DeepSeek-V3 attention names; the weights map to and
-from a training checkpoint through :mod:`zebractl.convert.mapping` (format ``zebra``).
+from a training checkpoint through :mod:`zebractl.hf.mapping` (format ``zebra``).
 
 Generation keeps a :class:`ZebraCache`: per KDA/GDN/Mamba2 block the last ``conv_size - 1`` inputs
 of each short convolution and the fp32 recurrent state, per MLA block the keys and values (rope

@@ -192,6 +192,12 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
+def built_parameter_count(m: ModelConfig) -> int:
+    """Parameters of the model as built (on the meta device: no memory, no initialisation)."""
+    model = build_model(m, device="meta")
+    return sum(p.numel() for p in model.parameters())
+
+
 def build_model(
     m: ModelConfig,
     *,

@@ -185,7 +185,9 @@ def memory_estimate(cfg: RunConfig, total_params: int, d: Derived) -> MemoryEsti
     # documents kept apart: MLA's block-diagonal bias, one [T, T] per sample shared by its layers,
     # unless flash's variable-length kernel serves (bf16/fp16 without attention dropout)
     biased = cfg.data.isolated and "mla" in m.sublayers
-    bias = tokens * tokens * act_dtype if biased and not (mixed and m.dropout.attention == 0) else 0.0
+    bias = (
+        tokens * tokens * act_dtype if biased and not (mixed and m.dropout.attention == 0) else 0.0
+    )
     # With 1F1B the first pipeline stage holds pp micro-batches of 1/pp of the layers: about the
     # activations of the whole model for one micro-batch, whatever pp is.
     return MemoryEstimate(
@@ -278,17 +280,6 @@ def _largest_micro(e: MemoryEstimate, usable: float) -> int:
     return best
 
 
-def built_parameter_count(m: ModelConfig) -> int | None:
-    """Parameters of the model actually built (meta device), or None without the runtime installed."""
-    try:
-        from zebractl.model.model import build_model
-    except ImportError:
-        return None
-
-    model = build_model(m, device="meta")
-    return sum(p.numel() for p in model.parameters())
-
-
 @dataclass(frozen=True)
 class Plan:
     """The plan of one resolved recipe (with ``fit_gib``: also :func:`fit` for that capacity)."""
@@ -296,9 +287,9 @@ class Plan:
     recipe: str
     cfg: RunConfig
     fit_gib: float | None = None
-    build: bool = False
-    """Also build the model on the meta device and count its parameters (``parameters.built``):
-    imports torch and megatron-core (seconds), so only on request (``plan --build``)."""
+    built: int | None = None
+    """The parameters of the model actually built (``parameters.built``; ``plan --build`` counts
+    them with :func:`zebractl.model.model.built_parameter_count`: planning never builds one)."""
 
     def report(self) -> PlanReport:
         """The typed document of `zebractl plan --json` (:meth:`to_dict`, validated)."""
@@ -309,7 +300,7 @@ class Plan:
         cfg, m = self.cfg, self.cfg.model
         d = derive(cfg)
         params = parameter_report(m)
-        params["built"] = built_parameter_count(m) if self.build else None
+        params["built"] = self.built
         fl = flops_per_token(m, cfg.data.seq_length)
         limit, why = max_sequence_length(m)
         return {

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 H200_PEAK_BF16 = 989e12
-"""NVIDIA H200 dense bf16 peak, FLOP/s (zebractl.train.trainer.PEAK_BF16_FLOPS)."""
+"""NVIDIA H200 dense bf16 peak, FLOP/s (zebractl.train.setup.PEAK_BF16_FLOPS)."""
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,11 @@ class RunDir:
         """Evaluation results."""
         return self.root / "eval"
 
+    def reference_root(self, reference: str = "fla") -> Path:
+        """``RUN-fla-reference``, beside the run: where ``train --reference fla`` (without
+        ``--output``) and ``compare --fla`` train the run's reference."""
+        return self.root.with_name(f"{self.root.name}-{reference}-reference")
+
     @property
     def sbatch_path(self) -> Path:
         """The Slurm batch script."""

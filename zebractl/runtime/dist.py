@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 
 def launched_world() -> tuple[int, int]:
@@ -46,6 +47,7 @@ def scoped() -> Iterator[None]:
     """:func:`ensure_initialized` for the duration of a ``with`` block: what it had to create
     (the process group, megatron's parallel state) is torn down afterwards, so a one-off job in a
     process (convert, verify) leaves no process-wide state behind."""
+    global _CPU_GROUP
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -57,4 +59,21 @@ def scoped() -> Iterator[None]:
         if not had_state:
             parallel_state.destroy_model_parallel()
         if not had_group:
+            _CPU_GROUP = None  # a group of the process group destroyed here
             dist.destroy_process_group()
+
+
+_CPU_GROUP: Any = None
+
+
+def cpu_group() -> Any:
+    """A gloo group for small collectives between steps (the stop agreement, a checkpoint's
+    verdict): no GPU synchronisation. Made once per process."""
+    global _CPU_GROUP
+    import torch.distributed as tdist
+
+    if _CPU_GROUP is None:
+        # one-process-per-GPU runs use "cpu:gloo,cuda:nccl": CPU tensors already go through gloo
+        gloo = "gloo" in str(tdist.get_backend())
+        _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
+    return _CPU_GROUP

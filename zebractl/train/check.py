@@ -87,7 +87,7 @@ def _gpus(cfg: Any, cuda: bool) -> Check:
 
 
 def _data(cfg: Any) -> Check:
-    from zebractl.train.data import resolve_data
+    from zebractl.data.spec import resolve_data
 
     try:
         spec = resolve_data(cfg)

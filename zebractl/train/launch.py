@@ -179,12 +179,7 @@ def resolve_request(req: TrainRequest, world: int | None = 1) -> ResolvedRequest
 
         fla_reference.check(r.run, req.reference)
         # its own directory and checkpoints (never the run it mirrors)
-        root = (
-            run.root
-            if req.output is not None
-            else run.root.with_name(f"{run.root.name}-{req.reference}-reference")
-        )
-        run = RunDir(root)
+        run = run if req.output is not None else RunDir(run.reference_root(req.reference))
     return ResolvedRequest(r, sets, gpus, run)
 
 

@@ -76,6 +76,36 @@ class Snapshot:
         ]
 
 
+def row_line(row: Any, snap: Snapshot) -> tuple[str, str]:
+    """A logged :class:`~zebractl.run.records.TrainRow` as the console's line, and the progress
+    bar's short form (loss and tokens/s)."""
+    parts = [
+        snap.head(),
+        f"loss {row.loss:.4f}",
+        f"lr {row.lr:.3e}",
+        f"grad {row.grad_norm:.3f}",
+        f"{row.tokens_per_s:,.0f} tok/s",
+    ]
+    if row.tflops_per_gpu is not None:
+        parts.append(f"{row.tflops_per_gpu:.1f} TFLOP/s")
+    if row.mfu is not None:
+        parts.append(f"MFU {100 * row.mfu:.1f}%")
+    if row.memory_gib is not None:
+        parts.append(f"mem {row.memory_gib:.1f} GiB")
+    return " | ".join(parts + snap.tail()), f"loss {row.loss:.4f} | {parts[4]}"
+
+
+def val_line(row: Any, total: int) -> str:
+    """A :class:`~zebractl.run.records.ValRow` as the console's line."""
+    loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
+    ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
+    width = len(str(total))
+    return (
+        f"iter {row.iteration:>{width}}/{total} | val_loss {loss} | val_ppl {ppl} | "
+        f"{row.tokens:,} tokens"
+    )
+
+
 def _seconds(s: float) -> str:
     return f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
 

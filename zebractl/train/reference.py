@@ -2,7 +2,7 @@
 
 ``zebractl train RECIPE --reference fla`` builds the recipe's model as zebractl would (the same
 seeded initialisation), carries its weights into FLA 0.6.0's ``KDAForCausalLM`` /
-``GatedDeltaNetForCausalLM`` through the conversion table (:mod:`zebractl.convert.mapping`, the
+``GatedDeltaNetForCausalLM`` through the conversion table (:mod:`zebractl.hf.mapping`, the
 vocabulary's padding rows kept, so both compute the same softmax), and trains that module in the
 same Trainer: the same samples in the same order, the same optimizer (torch AdamW, the recipe's
 no-decay globs applied to the zebractl name of each FLA parameter), schedule, clipping and
@@ -11,7 +11,7 @@ over the unmasked tokens, in fp32.
 
 On CUDA FLA's fused RMSNorm and SwiGLU are on (how FLA trains); on CPU FLA's Triton kernels cannot
 run, so the forward runs through FLA's own pure-PyTorch references
-(:func:`zebractl.convert.fla_reference.on_cpu`) with the fused modules off.
+(:func:`zebractl.runtime.fla_cpu.on_cpu`) with the fused modules off.
 
 Checkpoints hold FLA's parameter names (megatron's sharded format, as every zebractl checkpoint):
 they resume a reference run; they are not a zebractl model (convert the run it mirrors instead).
@@ -33,7 +33,7 @@ REFERENCES = ("fla",)
 
 def check(cfg: Any, reference: str) -> str:
     """The FLA family of the recipe's model (kda / gdn), or a ConfigError saying why not."""
-    from zebractl.convert import mapping
+    from zebractl.hf import mapping
 
     if reference not in REFERENCES:
         raise ConfigError(f"--reference {reference}: expected one of {', '.join(REFERENCES)}")
@@ -78,7 +78,7 @@ class FLAReference(torch.nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         ctx: Any = contextlib.nullcontext()
         if self.cpu:
-            from zebractl.convert.fla_reference import on_cpu
+            from zebractl.runtime.fla_cpu import on_cpu
 
             ctx = on_cpu()
         with ctx:
@@ -108,8 +108,8 @@ def build(cfg: Any, device: torch.device, seed: int) -> FLAReference:
     docstring)."""
     import fla.models as fm
 
-    from zebractl.convert import mapping
-    from zebractl.convert.hf import FLA_CLASSES
+    from zebractl.hf import mapping
+    from zebractl.hf.load import FLA_CLASSES
     from zebractl.model.model import build_model
 
     fam = check(cfg, "fla")

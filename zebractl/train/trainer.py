@@ -8,12 +8,10 @@ style, counted in samples), and resumes from the newest intact checkpoint of the
 batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
 checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
 
-With ``checkpoint.async_save`` (opt-in; :class:`zebractl.run.checkpoint.AsyncSaver`) saves run in
-the background: training pauses while the state is staged and megatron's writer is forked, the
-files are written, hashed and marked in the background, every step boundary polls the save in
-flight, and the run waits for it before the next save, on a stop and at the end: a run never
-returns (nor exits on a signal) with a save unfinished. After an error the save in flight is
-abandoned incomplete.
+Checkpoints are the :class:`~zebractl.train.checkpointer.Checkpointer`'s: when to save, sync or
+async (``checkpoint.async_save``), the disk checks, which checkpoint to resume from; the Trainer
+hands it its state and loads what it chooses. A run never returns (nor exits on a signal) with a
+save unfinished; after an error the save in flight is abandoned incomplete.
 
 Stopping: SIGINT, SIGTERM and SIGUSR1 set a flag that is read only between steps (agreed by all
 ranks), so the checkpoint written on a stop holds exactly the last completed step, and the run
@@ -25,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
-import shutil
 import sys
 import time
 import uuid
@@ -35,29 +31,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from zebractl import __version__
 from zebractl.errors import ConfigError, TrainingError
 from zebractl.planning.flops import flops_per_token
 from zebractl.run import checkpoint as ckpt
-from zebractl.run import disk
 from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import (
     CheckpointMarker,
-    InitRecord,
     ResolvedConfigRecord,
     TrainRow,
     ValRow,
 )
 from zebractl.run.rundir import RunDir
 from zebractl.run.tracking import open_tracker
+from zebractl.runtime import dist
 from zebractl.schemas.recipe import RunConfig, derive
-from zebractl.train.progress import Clock, NoBar, Snapshot, count, duration
+from zebractl.train.checkpointer import Checkpointer, rng_state, set_rng_state, state_bytes
+from zebractl.train.progress import Clock, NoBar, Snapshot, duration, row_line, val_line
 from zebractl.train.signals import StopFlag
 
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
+_CPU = torch.device("cpu")
 
 
 @dataclass
@@ -77,38 +72,6 @@ class RunResult:
     wall_s: float = 0.0  # seconds from the start of the run in this process to its end (setup too)
     tokens_per_s: float | None = None  # mean training tokens/s per process over this process's
     # steps (validation and saves excluded, the compile step included); None if it ran none
-
-
-def _state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
-    """An estimate of the GPU tensors one rank stages for a checkpoint: the parameters, two fp32
-    Adam moments each and the Megatron engine's fp32 main copy of every low-precision parameter;
-    megatron's fully parallel save spreads the writing over the ranks, so with several ranks a
-    quarter more than an even share (a save that needs more adds the excess then)."""
-    total = 0
-    for p in model.parameters():
-        total += p.numel() * (p.element_size() + 8)
-        if impl == "megatron" and p.dtype != torch.float32:
-            total += p.numel() * 4
-    return total if world == 1 else math.ceil(total / world * 1.25)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 class Trainer:
@@ -141,9 +104,6 @@ class Trainer:
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
-        self.last_saved: int | None = None  # the newest iteration saved or being saved
-        self.saver: ckpt.AsyncSaver | None = None  # checkpoint.async_save
-        self._save_need = 0.0  # bytes the save in flight writes (about)
         self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
         self.bar = bar if bar is not None else NoBar()
@@ -157,71 +117,28 @@ class Trainer:
             self._console(message)
 
     def setup(self) -> None:
-        """Process group, checks, data, model and engine, schedule, resume, metrics."""
+        """Process group, checks, data, model and engine, schedule, resume, metrics: each step a
+        function of :mod:`zebractl.train.setup` or of the Checkpointer, in this order."""
+        import torch.distributed as tdist
 
-        from zebractl.runtime import dist
-        from zebractl.train.data import resolve_data
+        from zebractl.train import precompile, setup
         from zebractl.train.engine import check_engine
 
         cfg = self.cfg
-        p = cfg.parallelism
-        if (p.tp, p.pp, p.cp) != (1, 1, 1):
-            raise ConfigError(
-                "tensor, pipeline and context parallelism are not supported by "
-                "`zebractl train` yet; use parallelism.tp=pp=cp=1"
-            )
         dist.ensure_initialized()
-        import torch.distributed as tdist
-
         self.world, self.rank = tdist.get_world_size(), tdist.get_rank()
-        g, micro = cfg.batch.global_, cfg.batch.micro
-        if g % (micro * self.world):
-            raise ConfigError(
-                f"batch.global {g} is not a multiple of batch.micro {micro} x {self.world} "
-                "process(es)"
-            )
-        self.accum = g // (micro * self.world)
+        # the Checkpointer prints through the console function itself, not this Trainer's bound
+        # method: a reference back to the Trainer would keep it (and its DataLoader's worker
+        # processes) alive after the run until the cyclic garbage collector ran
+        say = self._console
+        rank0 = say if self.rank == 0 else _silent
+        self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, rank0, say)
+        self.accum = setup.check_request(cfg, self.record, self.init_from, self.world)
         self.iters = derive(cfg).iterations
-        self.device = (
-            torch.device("cuda", torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else torch.device("cpu")
-        )
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
         check_engine(cfg, self.device, self.world)
-        if self.record.reference is not None:
-            from zebractl.train import reference as ref
-
-            ref.check(cfg, self.record.reference)
-            if self.init_from is not None:
-                raise ConfigError(
-                    "--reference starts from zebractl's own initialisation of the recipe; "
-                    "--init-from does not apply"
-                )
-        if self.init_from is not None and not self.init_from.exists():
-            raise ConfigError(
-                f"init_from {self.init_from}: no such run directory, checkpoint or Hugging Face "
-                "folder (train the run it names first, or give --init-from PATH)"
-            )
-        # the data's own mistakes (a vocabulary larger than the model's, no held-out part) before
-        # any kernel compiles: they end the run at once
-        spec = resolve_data(cfg)
-        self.eod = spec.eod if cfg.data.isolated else None  # documents kept apart
-        if self.eod is not None and self.eod < 0:
-            raise ConfigError(
-                "data.packing is isolated but the data names no end-of-document token (raw "
-                ".bin/.idx prefixes without data.tokenizer); set data.tokenizer, or "
-                "data.packing: concat"
-            )
-        val = cfg.validation
-        has_held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
-        if val is not None and not has_held_out:
-            raise ConfigError(
-                f"validation is on (every {val.interval} iterations) but the data has no held-out "
-                "part: prepare it with --valid-fraction, set data.split (e.g. [99, 1, 0]), or set "
-                "validation: null"
-            )
-        from zebractl.train import precompile
-
+        spec, self.eod = setup.check_data(cfg)  # eod: documents kept apart
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
         try:
             self._build(spec)
@@ -235,70 +152,26 @@ class Trainer:
         if compiling is not None:
             self.console(compiling.join())
         self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
-        self.peak = next(
-            (
-                v
-                for k, v in PEAK_BF16_FLOPS.items()
-                if self.device.type == "cuda" and k in torch.cuda.get_device_name()
-            ),
-            None,
-        )
+        self.peak = setup.peak_flops(self.device)
 
     def _build(self, spec: Any) -> None:
         """The rest of :meth:`setup`, while the kernels compile: the run directory, datasets,
         engine, scheduler, resume and metrics."""
         import torch.distributed as tdist
-        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
+        from zebractl.train import setup
+        from zebractl.train.cuda_graph import maybe_graphed
         from zebractl.train.data import build_datasets
         from zebractl.train.engine import build_engine
 
-        cfg, p = self.cfg, self.cfg.parallelism
-        g, micro = cfg.batch.global_, cfg.batch.micro
-        val = cfg.validation
-        self.console(f"training {self.record.name}: {cfg.description or '(no description)'}")
-        self.console(f"model {cfg.preset}: {cfg.model.description or '(no description)'}")
-        self.console(self._run_line())
-        if not cfg.checkpoint.enabled:
-            self.console(
-                "warning: checkpoint.enabled is false: this run saves no checkpoint; a crash or a "
-                "stop loses it"
-            )
-        if p.num_gpus != self.world:
-            self.console(
-                f"note: the recipe plans {p.num_gpus} GPUs; running on {self.world} process(es), "
-                f"so each step accumulates {self.accum} micro-batches of {micro} to keep the "
-                f"global batch of {g}"
-            )
-        random.seed(cfg.seed)
-        np.random.seed(cfg.seed)
-        torch.manual_seed(cfg.seed)
-
-        if self.run.config_path.is_file():
-            try:
-                before = self.run.read_config().reference
-            except Exception:  # noqa: BLE001 - an unreadable record is reported below
-                before = self.record.reference
-            if before != self.record.reference:
-
-                def what(ref: str | None) -> str:
-                    return "zebractl's model" if ref is None else f"the {ref} reference"
-
-                raise ConfigError(
-                    f"{self.run.root} holds a run of {what(before)}; this one trains "
-                    f"{what(self.record.reference)}: choose another --output"
-                )
+        cfg, g, val = self.cfg, self.cfg.batch.global_, self.cfg.validation
+        setup.announce(self.console, cfg, self.record, self.world, self.accum, self.iters)
+        setup.seed_everything(cfg.seed)
+        setup.check_same_kind(self.run, self.record)
         if self.rank == 0:
             with self._writing("the resolved config", self.run.config_path):
-                self.run.create()
-                changed = self.run.config_changes(self.record)
-                if changed:
-                    self.console(
-                        "note: the config differs from the one this run directory was started "
-                        "with: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
-                    )
-                self.run.write_config(self.record)
-            self._remove_incomplete_saves()
+                setup.write_config(self.run, self.record, self.console)
+            self.ckpts.remove_incomplete()
         tdist.barrier()
 
         with self._writing("the dataset index cache (safe to delete)", self.run.data_cache):
@@ -320,8 +193,6 @@ class Trainer:
         reference = self.record.reference  # a reference run: FLA's class of the model
         self.engine = build_engine(cfg, self.device, self.world, cfg.seed, reference=reference)
         self.model = self.engine.model
-        from zebractl.train.cuda_graph import maybe_graphed
-
         if reference is None:
             self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
         else:
@@ -331,30 +202,14 @@ class Trainer:
                     f"note: recompute.mode {cfg.recompute.mode} applies to zebractl's model; "
                     "FLA's class trains without it (the same losses, more memory)"
                 )
-        s = cfg.schedule
-        self.sched = OptimizerParamScheduler(
-            self.engine.optimizer,
-            init_lr=0.0,
-            max_lr=s.lr,
-            min_lr=s.min_lr,
-            lr_warmup_steps=s.warmup_iterations * g,
-            lr_decay_steps=max(self.iters * g, s.warmup_iterations * g + 1),
-            lr_decay_style=s.decay_style,
-            start_wd=cfg.optimizer.weight_decay,
-            end_wd=cfg.optimizer.weight_decay,
-            wd_incr_steps=self.iters * g,
-            wd_incr_style="constant",
-        )
+        self.sched = setup.build_scheduler(cfg, self.engine.optimizer, self.iters)
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
-        if cfg.checkpoint.async_save and cfg.checkpoint.enabled:
-            staging = ckpt.HostStaging()
-            if self.device.type == "cuda":  # room for a whole save, allocated while training starts
-                staging.reserve(_state_bytes(self.model, self.engine.impl, self.world))
-            self.saver = ckpt.AsyncSaver(_cpu_group() if self.world > 1 else None, staging)
+        # an async saver's pinned host memory, reserved on a GPU while training starts
+        cuda = self.device.type == "cuda"
+        staged = state_bytes(self.model, self.engine.impl, self.world) if cuda else None
+        self.ckpts.start_async(staged, dist.cpu_group() if self.world > 1 else None)
         self._resume()
-        self.last_saved = self.iteration if self.resumed_from is not None else None
         if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
-            cuda = self.device.type == "cuda"
             with self._writing("the config history", self.run.history_path):
                 self.run.record_start(
                     self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
@@ -376,21 +231,6 @@ class Trainer:
             )
         self._batches = self._train_batches()
 
-    def _run_line(self) -> str:
-        """The resolved run, after --set: ``run: 10 iterations (schedule.iterations from --set) of
-        16 x 128 tokens = 20.5k tokens`` (a recipe's description may name other numbers)."""
-        cfg, prov = self.cfg, self.record.provenance
-        if cfg.schedule.iterations is not None:
-            why = f"schedule.iterations from {prov.get('schedule.iterations', 'default')}"
-        else:
-            src = prov.get("schedule.train_tokens", "default")
-            why = f"schedule.train_tokens {count(cfg.schedule.train_tokens or 0)} from {src}"
-        g, seq = cfg.batch.global_, cfg.data.seq_length
-        return (
-            f"run: {self.iters:,} iterations ({why}) of {g} x {seq} tokens = "
-            f"{count(self.iters * g * seq)} tokens"
-        )
-
     def _train_batches(self):
         from zebractl.train.data import ConsumedSamplesSampler, loader
 
@@ -407,7 +247,7 @@ class Trainer:
             "model": model_sd,
             "optimizer": self.engine.sharded_optimizer_state(model_sd, is_loading),
             "scheduler": self.sched.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng_state(),
             "iteration": self.iteration,
             "consumed_samples": self.consumed,
             "skipped_iterations": self.skipped,
@@ -417,23 +257,23 @@ class Trainer:
 
     def _resume(self) -> None:
         cfg, root = self.cfg, self.run.checkpoints
-        if cfg.checkpoint.resume != "never" and self._resume_newest_intact(root):
+        if cfg.checkpoint.resume != "never":
+            self.resumed_from = self.ckpts.resume_newest_intact(self._load_checkpoint)
+        if self.resumed_from is not None:
+            self.console(
+                f"resumed from {ckpt.checkpoint_dir(root, self.resumed_from)} (iteration "
+                f"{self.iteration} of {self.iters}, {self.consumed:,} samples consumed)"
+            )
             return
         if cfg.checkpoint.resume == "require":
             raise ConfigError(
                 f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
             )
         if self.init_from is not None:
-            from zebractl.convert import hf
+            from zebractl.train.setup import init_weights
 
-            loaded: ckpt.Checkpoint | None = None
-            if hf.is_hf_folder(self.init_from):  # a Hugging Face export (ours or FLA's)
-                hf.load_hf_into(self.model, self.init_from, cfg.model)
-                where = self.init_from
-            else:
-                loaded = ckpt.load_weights(self.init_from, self.model)
-                where = loaded.folder
-            self.engine.reload_model_params()
+            loaded = init_weights(self.model, self.engine, self.init_from, cfg.model)
+            where = loaded.folder if loaded is not None else self.init_from
             self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
             if self.rank == 0:  # what compare's before/after report pairs the run with
                 self._write_init(loaded)
@@ -443,59 +283,12 @@ class Trainer:
 
     def _write_init(self, loaded: ckpt.Checkpoint | None) -> None:
         """``RUN/init.json``: the weights this run started from (:class:`InitRecord`)."""
+        from zebractl.train.setup import init_record
+
         assert self.init_from is not None
-        folder = loaded.folder.resolve() if loaded is not None else None
-        run = RunDir.containing(folder) if folder is not None else None
-        record = InitRecord(
-            init_from=str(self.init_from),
-            given_by=self.init_given_by,
-            path=str(self.init_from.resolve()),
-            kind="hf" if loaded is None else "checkpoint",
-            checkpoint=str(folder) if folder is not None else None,
-            iteration=loaded.iteration if loaded is not None else None,
-            run=str(run) if run is not None else None,
-            run_id=self.run_id,
-            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        )
+        record = init_record(self.init_from, self.init_given_by, loaded, self.run_id)
         with self._writing("the init record", self.run.init_path):
             self.run.write_init(record)
-
-    def _resume_newest_intact(self, root: Path) -> bool:
-        """Load the newest checkpoint that verifies and loads on every rank; damaged ones are
-        named and skipped. Rank 0 verifies (sizes, checksums) and chooses; loading is collective."""
-        import torch.distributed as tdist
-
-        failed: dict[int, str] = {}
-        while True:
-            choice: list[Any] = [None, None]
-            if self.rank == 0:
-                found, damaged = ckpt.newest_intact(root, self.console, failed)
-                choice = [found.iteration if found else None, damaged]
-            if self.world > 1:
-                tdist.broadcast_object_list(choice, src=0)
-            iteration, damaged = choice
-            if iteration is None:
-                if damaged:
-                    raise ckpt.all_damaged(root, damaged)
-                return False
-            folder = ckpt.checkpoint_dir(root, iteration)
-            ok, why = torch.ones(1), ""
-            try:
-                self._load_checkpoint(ckpt.Checkpoint(folder, ckpt.read_marker(folder)))
-            except ckpt.DamagedCheckpoint as exc:
-                ok.zero_()
-                why = exc.reason
-                self._console(f"warning: checkpoint {exc.folder} is damaged: {why}; skipping it")
-            if self.world > 1:
-                tdist.all_reduce(ok, op=tdist.ReduceOp.MIN, group=_cpu_group())
-            if ok.item():
-                self.resumed_from = iteration
-                self.console(
-                    f"resumed from {folder} (iteration {self.iteration} of {self.iters}, "
-                    f"{self.consumed:,} samples consumed)"
-                )
-                return True
-            failed[iteration] = why or "it failed to load on another rank"
 
     def _load_checkpoint(self, found: ckpt.Checkpoint) -> None:
         m = found.marker
@@ -512,16 +305,13 @@ class Trainer:
         ckpt.load_model_state(self.model, loaded["model"])
         self.engine.load_optimizer_state(loaded["optimizer"])
         self.sched.load_state_dict(loaded["scheduler"])
-        _set_rng_state(loaded["rng"])
+        set_rng_state(loaded["rng"])
         self.iteration = loaded["iteration"]
         self.consumed = loaded["consumed_samples"]
         self.skipped = loaded.get("skipped_iterations", 0)
 
-    def save(self) -> Path:
-        """Checkpoint the current step (collective); returns its folder. With
-        ``checkpoint.async_save`` this finishes the previous save, then begins this one, which
-        completes in the background (:meth:`poll_saves`, :meth:`wait_saves`)."""
-        marker = CheckpointMarker(
+    def _marker(self) -> CheckpointMarker:
+        return CheckpointMarker(
             iteration=self.iteration,
             consumed_samples=self.consumed,
             skipped_iterations=self.skipped,
@@ -531,79 +321,19 @@ class Trainer:
             run_id=self.run_id,
             zebractl_version=__version__,
         )
-        t0 = time.perf_counter()
-        waited = ""
-        if self.saver is not None and self.saver.pending is not None:
-            self.wait_saves()  # the previous save is not complete yet: training waits for it
-            wait = time.perf_counter() - t0
-            waited = f", {wait:.1f} s of it for the previous save" if wait >= 0.05 else ""
-        need = self._save_need = self._check_space()
-        args = (self.run.checkpoints, self.iteration, self._state(), marker)
-        kw = {"keep_last": self.cfg.checkpoint.keep_last, "is_writer": self.rank == 0}
-        with self._saving(self.iteration, need):
-            if self.saver is None:
-                folder = ckpt.save(*args, **kw)
-                self.console(f"saved {folder} in {time.perf_counter() - t0:.1f} s")
-            else:
-                folder = self.saver.begin(*args, **kw)
-                paused = time.perf_counter() - t0
-                self.console(f"saving {folder} (async: training paused {paused:.1f} s{waited})")
-        self.last_saved = self.iteration
-        return folder
+
+    def save(self) -> Path:
+        """Checkpoint the current step (collective); returns its folder (async: being written)."""
+        return self.ckpts.save(self.iteration, self._state(), self._marker(), self._params())
+
+    def _params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
 
     def _writing(
         self, what: str, path: Path, need: float = 0.0
     ) -> contextlib.AbstractContextManager:
         """A write of this run: a full or read-only disk becomes a :class:`disk.DiskError`."""
-        return disk.writing(what, path, self.run.checkpoints, need)
-
-    def _saving(
-        self, iteration: int | None, need: float = 0.0
-    ) -> contextlib.AbstractContextManager:
-        if iteration is None:
-            return contextlib.nullcontext()
-        folder = ckpt.checkpoint_dir(self.run.checkpoints, iteration)
-        tmp = folder.with_name(folder.name + ".tmp")
-        return self._writing(f"the checkpoint of iteration {iteration}", tmp, need)
-
-    def _check_space(self) -> float:
-        """Before a save: the bytes it needs (the previous checkpoint's size, or the plan's for the
-        first); rank 0 warns when the disk has less room."""
-        done = ckpt.complete(self.run.checkpoints)
-        need = float(ckpt.size(done[-1].folder)) if done else 0.0
-        if not need:
-            from zebractl.planning.plan import checkpoint_bytes
-
-            need = checkpoint_bytes(self.cfg, sum(p.numel() for p in self.model.parameters()))
-        if self.rank == 0:
-            what = f"the checkpoint of iteration {self.iteration}"
-            warning = disk.space_warning(self.run.checkpoints, need, what)
-            if warning:
-                self.console(warning)
-        return need
-
-    def _remove_incomplete_saves(self) -> None:
-        """At the start (rank 0, the lock held): delete the ``iter_N.tmp`` folders saves that
-        never completed left behind; resume never takes them."""
-        for folder in ckpt.incomplete(self.run.checkpoints):
-            shutil.rmtree(folder, ignore_errors=True)
-            self.console(f"note: removed {folder}, a save that did not complete")
-
-    def poll_saves(self) -> None:
-        """Move an asynchronous save on (collective, non-blocking: every step boundary)."""
-        if self.saver is not None:
-            with self._saving(self.saver.pending, self._save_need):
-                self._report(self.saver.poll())
-
-    def wait_saves(self) -> None:
-        """Finish an asynchronous save in flight (collective, blocking)."""
-        if self.saver is not None:
-            with self._saving(self.saver.pending, self._save_need):
-                self._report(self.saver.wait())
-
-    def _report(self, done: ckpt.SaveDone | None) -> None:
-        if done is not None:
-            self.console(f"checkpoint {done.folder.name} complete in {done.seconds:.1f} s")
+        return self.ckpts.writing(what, path, need)
 
     # ---- steps ---------------------------------------------------------------------------------
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -739,7 +469,7 @@ class Trainer:
         signum = self.flag.signum or 0
         if self.world > 1:
             t = torch.tensor([signum], dtype=torch.int64)
-            tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=_cpu_group())
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=dist.cpu_group())
             signum = int(t.item())
         return signum or None
 
@@ -755,19 +485,23 @@ class Trainer:
             if writer
             else contextlib.nullcontext()
         )
-        with held, self.flag:
+        # the process group and megatron's parallel state the run creates end with it (a process
+        # that trains twice, or trains and then converts, starts each from a clean state)
+        with held, self.flag, dist.scoped():
             self.clock = Clock()  # the run starts in this process
             try:
                 self.setup()
                 return self._loop()
             except BaseException:
-                if self.saver is not None:  # no collective now: the save in flight stays a .tmp
-                    self.saver.abort()
+                if hasattr(self, "ckpts"):  # no collective now: a save in flight stays a .tmp
+                    self.ckpts.abort()
                 raise
             finally:
                 self.bar.stop()
                 if hasattr(self, "metrics"):  # (W&B: failed while an exception propagates)
                     self.metrics.close(failed=sys.exc_info()[0] is not None)
+                # the data loader's worker processes end now, not when the Trainer is collected
+                self._batches = None
 
     def _loop(self) -> RunResult:
         cfg = self.cfg
@@ -783,7 +517,7 @@ class Trainer:
         if self.rank == 0:
             self.bar.start(self.iteration, self.iters)
         while self.iteration < self.iters:
-            self.poll_saves()
+            self.ckpts.poll()
             signum = self._stop_requested()
             if signum is not None:
                 stopped = "signal"
@@ -829,40 +563,48 @@ class Trainer:
             if val_every is not None and (it % val_every == 0 or it == self.iters):
                 val_loss = self._validate()
                 last_val = it
-            if cfg.checkpoint.enabled and (it % cfg.checkpoint.interval == 0 or it == self.iters):
-                saved = self.save()
+            last = it == self.iters
+            saved = (
+                self.ckpts.maybe_save(it, last, self._state, self._marker, self._params) or saved
+            )
             t_last += time.perf_counter() - paused
             self.clock.pause(time.perf_counter() - paused)
         self.bar.stop()  # (fit stops it after an error)
-        if stopped == "signal" and not cfg.checkpoint.enabled:
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}: nothing saved "
-                "(checkpoint.enabled is false)"
-            )
-        elif stopped == "signal" and self.last_saved != self.iteration:
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}: saving a "
-                "checkpoint"
-            )
-            saved = self.save()
-        elif stopped == "signal":
-            pending = self.saver is not None and self.saver.pending == self.iteration
-            self.console(
-                f"stopping on {_signame(signum)} after iteration {self.iteration}"
-                + (": completing its checkpoint" if pending else "")
-            )
+        if stopped == "signal":
+            saved = self._save_on_stop(signum) or saved
         if stopped == "done" and val_every is not None and last_val != self.iteration:
             val_loss = self._validate()
-        self.wait_saves()  # also the one a stop wrote: complete before the process exits
-        if saved is None and self.last_saved is not None:
-            saved = ckpt.checkpoint_dir(self.run.checkpoints, self.last_saved)
-        seq = cfg.data.seq_length
-        training = self.clock.training()
+        self.ckpts.wait()  # also the one a stop wrote: complete before the process exits
+        return self._result(stopped, signum, final_loss, val_loss, saved, run_steps)
+
+    def _save_on_stop(self, signum: int | None) -> Path | None:
+        """A stop by signal: save the last completed step unless it is saved (or being saved)."""
+        stopping = f"stopping on {_signame(signum)} after iteration {self.iteration}"
+        if not self.cfg.checkpoint.enabled:
+            self.console(f"{stopping}: nothing saved (checkpoint.enabled is false)")
+            return None
+        if self.ckpts.last_saved != self.iteration:
+            self.console(f"{stopping}: saving a checkpoint")
+            return self.save()
+        pending = self.ckpts.pending(self.iteration)
+        self.console(stopping + (": completing its checkpoint" if pending else ""))
+        return None
+
+    def _result(
+        self,
+        stopped: str,
+        signum: int | None,
+        final_loss: float | None,
+        val_loss: float | None,
+        saved: Path | None,
+        run_steps: int,
+    ) -> RunResult:
+        cfg, seq, training = self.cfg, self.cfg.data.seq_length, self.clock.training()
         return RunResult(
             self.iteration,
             self.resumed_from,
             final_loss,
-            saved,
+            saved or self.ckpts.newest(),
             stopped,
             self.skipped,
             signum,
@@ -917,22 +659,8 @@ class Trainer:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
-        snap = self._snapshot(row)
-        parts = [
-            snap.head(),
-            f"loss {row.loss:.4f}",
-            f"lr {row.lr:.3e}",
-            f"grad {row.grad_norm:.3f}",
-            f"{row.tokens_per_s:,.0f} tok/s",
-        ]
-        if row.tflops_per_gpu is not None:
-            parts.append(f"{row.tflops_per_gpu:.1f} TFLOP/s")
-        if row.mfu is not None:
-            parts.append(f"MFU {100 * row.mfu:.1f}%")
-        if row.memory_gib is not None:
-            parts.append(f"mem {row.memory_gib:.1f} GiB")
-        self.console(" | ".join(parts + snap.tail()))
-        self._bar_info = f"loss {row.loss:.4f} | {parts[4]}"
+        line, self._bar_info = row_line(row, self._snapshot(row))
+        self.console(line)
 
     def _snapshot(self, row: TrainRow) -> Snapshot:
         """The progress fields of a logged row; the step time is the interval's (as its
@@ -948,35 +676,18 @@ class Trainer:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
-        loss = "n/a" if row.val_loss is None else f"{row.val_loss:.4f}"
-        ppl = "n/a" if row.val_ppl is None else f"{row.val_ppl:,.2f}"
-        width = len(str(self.iters))
-        self.console(
-            f"iter {row.iteration:>{width}}/{self.iters} | val_loss {loss} | val_ppl {ppl} | "
-            f"{row.tokens:,} tokens"
-        )
+        self.console(val_line(row, self.iters))
         return row.val_loss
+
+
+def _silent(message: str) -> None:
+    """The console of a rank other than 0."""
 
 
 def _signame(signum: int | None) -> str:
     from zebractl.train.signals import name
 
     return name(signum) if signum else "a signal"
-
-
-_CPU_GROUP: Any = None
-
-
-def _cpu_group() -> Any:
-    """A gloo group for the per-step stop agreement: no GPU synchronisation."""
-    global _CPU_GROUP
-    import torch.distributed as tdist
-
-    if _CPU_GROUP is None:
-        # one-process-per-GPU runs use "cpu:gloo,cuda:nccl": CPU tensors already go through gloo
-        gloo = "gloo" in str(tdist.get_backend())
-        _CPU_GROUP = tdist.group.WORLD if gloo else tdist.new_group(backend="gloo")
-    return _CPU_GROUP
 
 
 def _path(value: str | None) -> Path | None:

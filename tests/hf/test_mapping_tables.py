@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 
 from zebractl.config.catalog import shipped  # noqa: E402
 from zebractl.config.resolve import resolve_preset  # noqa: E402
-from zebractl.convert import mapping  # noqa: E402
+from zebractl.hf import mapping  # noqa: E402
 
 
 def _presets():
