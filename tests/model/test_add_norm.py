@@ -9,12 +9,14 @@ GPU: FLA's fused kernel against the torch ops, forward and gradients, within bf1
 from __future__ import annotations
 
 import pytest
-import torch
 
-from zebractl.config.resolve import resolve_recipe
-from zebractl.model import ops
-from zebractl.model.model import build_model
-from zebractl.model.ops import KernelOptions
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.model import ops  # noqa: E402
+from zebractl.model.model import build_model  # noqa: E402
+from zebractl.model.ops import KernelOptions  # noqa: E402
 
 
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_hybrid"])

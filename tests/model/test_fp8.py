@@ -9,10 +9,11 @@ of order 1. Inputs are fresh random draws (seed printed by conftest).
 from __future__ import annotations
 
 import pytest
-import torch
-import torch.nn.functional as F
 
+torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
+
+import torch.nn.functional as F  # noqa: E402
 
 from zebractl.model.ops import fp8  # noqa: E402
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import random
 import types
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+import numpy as np  # noqa: E402
 
 from zebractl.train import precompile  # noqa: E402
 
