@@ -12,7 +12,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("megatron.core")
 pytest.importorskip("tokenizers")
 
-from zebractl.data import demo  # noqa: E402
+from zebractl.data import demo, text_shard  # noqa: E402
 from zebractl.data import prepare as prep  # noqa: E402
 from zebractl.data.tokenizer import load_tokenizer  # noqa: E402
 
@@ -174,7 +174,7 @@ def test_fla_aligned_rows(tmp_path):
 
 
 def test_fla_aligned_batches_of_2048_documents(tmp_path, monkeypatch):
-    monkeypatch.setattr(prep, "FLA_MAP_BATCH", 10)  # same rule, smaller batches
+    monkeypatch.setattr(text_shard, "FLA_MAP_BATCH", 10)  # same rule, smaller batches
     docs = [f"document {i} " + "x " * (i % 5) for i in range(25)]
     src = _jsonl(tmp_path / "a.jsonl", docs)
     _run([src], tmp_path / "o", fla_aligned=True, seq_length=8, add_bos=True, add_eos=False)

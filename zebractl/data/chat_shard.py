@@ -17,19 +17,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zebractl.data import chat
-from zebractl.data.sources import InputError, records
+from zebractl.data.shard_files import (
+    MASK_EXT,
+    RECORD_PROBLEMS,
+    ShardWriter,
+    SourceTally,
+    skip_bad_record,
+    whole_file,
+)
+from zebractl.data.sources import InputError, Source, records
+from zebractl.errors import ConfigError
 
-MASK_EXT = "mask"
-"""The mask dataset of ``PREFIX`` is ``PREFIX.mask.bin/.idx``."""
+if TYPE_CHECKING:
+    from zebractl.data.prepare import PrepareOptions, Shard
 
 
 def tokenize_chat_shard(
-    shard: Any,
-    opts: Any,
+    shard: Shard,
+    opts: PrepareOptions,
     tok: Any,
     dtype_name: str,
     report: Callable[[int, int, int], None],
@@ -37,117 +45,79 @@ def tokenize_chat_shard(
 ) -> dict[str, Any]:
     """Tokenize one shard of chat records with ``template`` (a
     :class:`zebractl.data.chat_template.ChatTemplate`); return its stats (as
-    :func:`zebractl.data.prepare.tokenize_shard` does, plus ``chat``)."""
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    from zebractl.data.shard_files import RECORD_PROBLEMS, discard, is_valid, publish, write_json
-    from zebractl.util import sha256_file
-
-    out = Path(opts.output)
-    tmp_dir, final_dir = out / ".tmp", out / "shards"
-    dtype = np.dtype(dtype_name).type
+    :func:`zebractl.data.text_shard.tokenize_shard` does, plus ``chat``)."""
     renderer = template.renderer
     eos = tok.eos_id if opts.add_eos else None
     if opts.add_eos and eos is None:
-        from zebractl.errors import ConfigError
-
         raise ConfigError(f"tokenizer {tok.source} has no EOS token; use --no-add-eos")
-    splits = ["train", "valid"] if opts.valid_fraction > 0 else ["train"]
-    tmp = {s: tmp_dir / f"{shard.name}.{s}" for s in splits}
-    tokens_b = {s: IndexedDatasetBuilder(f"{tmp[s]}.bin", dtype=dtype) for s in splits}
-    masks_b = {s: IndexedDatasetBuilder(f"{tmp[s]}.{MASK_EXT}.bin", dtype=np.uint8) for s in splits}
-    counts = {s: Counter() for s in splits}
-    talk: Counter = Counter()
-    skipped: Counter = Counter()
-    per_source: list[dict[str, Any]] = []
-    try:
-        index = 0
+    writer = ShardWriter(opts.output, shard.name, opts.valid_fraction, dtype_name, masks=True)
+    talks = _Conversations(opts, tok, renderer, eos, writer, report)
+    with writer.unfinished():
         for src in shard.sources:
-            src_docs = src_tokens = 0
-            src_skipped: Counter = Counter()
-            try:
-                for item in records(src, opts.text_key):
-                    try:
-                        if isinstance(item, InputError):
-                            raise item
-                        value, where = item
-                        messages = chat.parse_messages({"messages": value}, where)
-                        ids, mask = chat.encode(messages, tok, renderer, eos, where)
-                    except InputError as exc:
-                        if not opts.skip_bad or exc.reason not in RECORD_PROBLEMS + chat.PROBLEMS:
-                            raise
-                        src_skipped[exc.reason] += 1
-                        continue
-                    talk["conversations"] += 1
-                    if opts.seq_length:
-                        kept = chat.fit(ids, mask, opts.seq_length, opts.overlong)
-                        if kept is None:
-                            talk["dropped"] += 1
-                            continue
-                        talk["truncated"] += len(kept[0]) < len(ids)
-                        ids, mask = kept
-                    split = "valid" if is_valid(shard.name, index, opts.valid_fraction) else "train"
-                    index += 1
-                    tokens_b[split].add_document(np.asarray(ids, dtype=dtype), [len(ids)])
-                    masks_b[split].add_document(np.asarray(mask, dtype=np.uint8), [len(mask)])
-                    counts[split]["documents"] += 1
-                    counts[split]["tokens"] += len(ids)
-                    talk["masked_tokens"] += sum(mask)
-                    src_docs += 1
-                    src_tokens += len(ids)
-                    report(1, len(ids), sum(len(m.content) for m in messages))
-            except InputError as exc:
-                if not opts.skip_bad:
-                    raise
-                src_skipped[exc.reason] += 1  # the whole file could not be read
-            per_source.append(
-                {
-                    "path": src.path,
-                    "size": src.size,
-                    "sha256": sha256_file(Path(src.path)),
-                    "documents": src_docs,
-                    "tokens": src_tokens,
-                    "empty_documents": 0,
-                    "skipped": dict(src_skipped),
-                }
-            )
-            skipped.update(src_skipped)
-    except BaseException:
-        for s in splits:
-            discard(tokens_b[s], tmp[s])
-            discard(masks_b[s], Path(f"{tmp[s]}.{MASK_EXT}"))
-        raise
+            writer.add_source(talks.read(src))
+    return writer.finish(chat={k: int(v) for k, v in talks.counts.items()})
 
-    final_dir.mkdir(parents=True, exist_ok=True)
-    outputs = []
-    for s in splits:
-        for kind, suffix, builder in (
-            ("tokens", "", tokens_b[s]),
-            (MASK_EXT, f".{MASK_EXT}", masks_b[s]),
-        ):
-            final = final_dir / f"{shard.name}.{s}{suffix}"
-            outputs.append(
-                {
-                    "split": s,
-                    "prefix": f"shards/{shard.name}.{s}{suffix}",
-                    "kind": kind,
-                    "documents": counts[s]["documents"],
-                    "tokens": counts[s]["tokens"],
-                    "files": publish(builder, Path(f"{tmp[s]}{suffix}"), final),
-                }
-            )
-    stats = {
-        "name": shard.name,
-        "outputs": outputs,
-        "sources": per_source,
-        "empty_documents": 0,
-        "skipped": dict(skipped),
-        "dropped_tokens": 0,
-        "chat": {k: int(v) for k, v in talk.items()},
-    }
-    write_json(final_dir / f"{shard.name}.json", stats)
-    return stats
+
+class _Conversations:
+    """A chat shard's conversations: checked, rendered, fitted to ``seq_length`` by the overlong
+    policy and written with their masks; ``counts``: conversations, truncated, dropped, masked."""
+
+    def __init__(
+        self,
+        opts: PrepareOptions,
+        tok: Any,
+        renderer: Any,
+        eos: int | None,
+        writer: ShardWriter,
+        report: Callable[[int, int, int], None],
+    ) -> None:
+        self.opts, self.tok, self.renderer, self.eos = opts, tok, renderer, eos
+        self.writer, self.report = writer, report
+        self.counts: Counter = Counter()
+        self.index = 0  # conversations written so far (an index decides the split)
+
+    def read(self, src: Source) -> SourceTally:
+        """One input file's conversations (a bad record raises or is skipped); its counts."""
+        tally = SourceTally(src)
+        with whole_file(self.opts.skip_bad, tally.skipped):
+            for item in records(src, self.opts.text_key):
+                try:
+                    messages, ids, mask = self._encode(item)
+                except InputError as exc:
+                    problems = RECORD_PROBLEMS + chat.PROBLEMS
+                    skip_bad_record(exc, self.opts.skip_bad, problems, tally.skipped)
+                    continue
+                self._write(messages, ids, mask, tally)
+        return tally
+
+    def _encode(self, item: Any) -> tuple[list[chat.Message], list[int], list[int]]:
+        """A record's messages, token ids and mask (an :class:`InputError` for a bad record)."""
+        if isinstance(item, InputError):
+            raise item
+        value, where = item
+        messages = chat.parse_messages({"messages": value}, where)
+        ids, mask = chat.encode(messages, self.tok, self.renderer, self.eos, where)
+        return messages, ids, mask
+
+    def _write(
+        self, messages: list[chat.Message], ids: list[int], mask: list[int], tally: SourceTally
+    ) -> None:
+        """One conversation, fitted to ``seq_length`` (or dropped), into its split; counted."""
+        self.counts["conversations"] += 1
+        if self.opts.seq_length:
+            kept = chat.fit(ids, mask, self.opts.seq_length, self.opts.overlong)
+            if kept is None:
+                self.counts["dropped"] += 1
+                return
+            self.counts["truncated"] += len(kept[0]) < len(ids)
+            ids, mask = kept
+        split = self.writer.split_of(self.index)
+        self.index += 1
+        self.writer.add(split, ids, mask)
+        self.counts["masked_tokens"] += sum(mask)
+        tally.documents += 1
+        tally.tokens += len(ids)
+        self.report(1, len(ids), sum(len(m.content) for m in messages))
 
 
 def manifest_section(

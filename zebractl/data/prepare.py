@@ -33,13 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from zebractl import __version__
-from zebractl.data.shard_files import RECORD_PROBLEMS, discard, is_valid, publish, write_json
-from zebractl.data.sources import InputError, Source, documents, expand_inputs
+from zebractl.data.shard_files import write_json
+from zebractl.data.sources import Source, expand_inputs
+from zebractl.data.text_shard import tokenize_shard
 from zebractl.errors import ConfigError
-from zebractl.util import sha256_file
 
-FLA_MAP_BATCH = 2048  # documents per batch in FLA's legacy preprocess (datasets.map)
-ENCODE_BATCH = 256  # documents per tokenizer call
 MANIFEST_VERSION = 1
 
 
@@ -162,6 +160,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_init(tokenizer_dir: str, queue: Any) -> None:
+    """Set up a worker: one core, the tokenizer, the queue its progress goes to (None: none)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one worker = one core
     if "tokenizer" not in _WORKER:  # forked workers inherit the parent's; spawned ones load it
         from zebractl.data.tokenizer import load_tokenizer
@@ -171,6 +170,7 @@ def _worker_init(tokenizer_dir: str, queue: Any) -> None:
 
 
 def _worker_run(args: tuple[Shard, PrepareOptions, str, Any]) -> dict[str, Any]:
+    """Tokenize one shard in a worker, its progress put on the worker's queue."""
     shard, opts, dtype_name, template = args
     queue = _WORKER.get("queue")
 
@@ -189,8 +189,9 @@ def tokenize(
     report: Callable[[int, int, int], None],
     template: Any = None,
 ) -> dict[str, Any]:
-    """One shard, as its format says (:func:`tokenize_shard`, or the chat one with ``template``,
-    the :class:`zebractl.data.chat_template.ChatTemplate` chosen once for the whole run)."""
+    """One shard, as its format says (:func:`zebractl.data.text_shard.tokenize_shard`, or the chat
+    one with ``template``, the :class:`zebractl.data.chat_template.ChatTemplate` chosen once for
+    the whole run)."""
     if opts.format == "chat":
         from zebractl.data.chat_shard import tokenize_chat_shard
 
@@ -198,168 +199,11 @@ def tokenize(
     return tokenize_shard(shard, opts, tok, dtype_name, report)
 
 
-def tokenize_shard(
-    shard: Shard,
-    opts: PrepareOptions,
-    tok: Any,
-    dtype_name: str,
-    report: Callable[[int, int, int], None],
-) -> dict[str, Any]:
-    """Tokenize one shard into ``shards/NAME.SPLIT.bin/.idx`` and write its marker; return stats."""
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    out = Path(opts.output)
-    tmp_dir, final_dir = out / ".tmp", out / "shards"
-    dtype = np.dtype(dtype_name).type
-    splits = ["train", "valid"] if opts.valid_fraction > 0 else ["train"]
-    tmp = {s: tmp_dir / f"{shard.name}.{s}" for s in splits}
-    builders = {s: IndexedDatasetBuilder(str(tmp[s]) + ".bin", dtype=dtype) for s in splits}
-    counts = {s: Counter() for s in splits}
-    skipped: Counter = Counter()
-    empty = dropped = 0
-    per_source: list[dict[str, Any]] = []
-    bos = [tok.bos_id] if opts.add_bos and tok.bos_id is not None else []
-    eos = [tok.eos_id] if opts.add_eos and tok.eos_id is not None else []
-    if opts.add_bos and tok.bos_id is None or opts.add_eos and tok.eos_id is None:
-        raise ConfigError(
-            f"tokenizer {tok.source} has no {'BOS' if opts.add_bos else 'EOS'} "
-            "token; use --no-add-bos / --no-add-eos"
-        )
-
-    row_buffer: list[int] = []
-    docs_in_batch = 0
-    row_index = 0
-
-    def flush_rows() -> None:
-        nonlocal row_buffer, docs_in_batch, row_index, dropped
-        n = opts.seq_length or 0
-        full = len(row_buffer) // n
-        for r in range(full):
-            row = row_buffer[r * n : (r + 1) * n]
-            split = "valid" if is_valid(shard.name, row_index, opts.valid_fraction) else "train"
-            builders[split].add_document(np.asarray(row, dtype=dtype), [n])
-            counts[split]["documents"] += 1
-            counts[split]["tokens"] += n
-            row_index += 1
-        dropped += len(row_buffer) - full * n
-        row_buffer, docs_in_batch = [], 0
-
-    def emit(ids_batch: list[list[int]], indices: list[int]) -> int:
-        nonlocal docs_in_batch
-        written = 0
-        for ids, index in zip(ids_batch, indices, strict=True):
-            doc = bos + ids + eos
-            if opts.fla_aligned:
-                row_buffer.extend(doc)
-                docs_in_batch += 1
-                if docs_in_batch == FLA_MAP_BATCH:
-                    flush_rows()
-            else:
-                split = "valid" if is_valid(shard.name, index, opts.valid_fraction) else "train"
-                builders[split].add_document(np.asarray(doc, dtype=dtype), [len(doc)])
-                counts[split]["documents"] += 1
-                counts[split]["tokens"] += len(doc)
-            written += len(doc)
-        return written
-
-    try:
-        doc_index = 0
-        for src in shard.sources:
-            src_docs = src_tokens = src_empty = 0
-            src_skipped: Counter = Counter()
-            texts: list[str] = []
-            indices: list[int] = []
-            chars = 0
-
-            def encode() -> None:
-                nonlocal src_tokens, texts, indices, chars
-                tokens = emit(tok.encode_batch(texts), indices) if texts else 0
-                src_tokens += tokens
-                report(len(texts), tokens, chars)
-                texts, indices, chars = [], [], 0
-
-            try:
-                for text, _where in _checked(
-                    documents(src, opts.text_key), opts.skip_bad, src_skipped
-                ):
-                    if not text.strip():
-                        src_empty += 1
-                        continue
-                    texts.append(text)
-                    chars += len(text)
-                    indices.append(doc_index)
-                    doc_index += 1
-                    src_docs += 1
-                    if len(texts) >= ENCODE_BATCH:
-                        encode()
-            except InputError as exc:
-                if not opts.skip_bad:
-                    raise
-                src_skipped[exc.reason] += 1  # the whole file could not be read
-            encode()
-            per_source.append(
-                {
-                    "path": src.path,
-                    "size": src.size,
-                    "sha256": sha256_file(Path(src.path)),
-                    "documents": src_docs,
-                    "tokens": src_tokens,
-                    "empty_documents": src_empty,
-                    "skipped": dict(src_skipped),
-                }
-            )
-            empty += src_empty
-            skipped.update(src_skipped)
-        if opts.fla_aligned and row_buffer:
-            flush_rows()
-
-    except BaseException:
-        # leave nothing half-written behind: close and remove this shard's temporary files
-        for s in splits:
-            discard(builders[s], tmp[s])
-        raise
-
-    final_dir.mkdir(parents=True, exist_ok=True)
-    outputs = []
-    for s in splits:
-        outputs.append(
-            {
-                "split": s,
-                "prefix": f"shards/{shard.name}.{s}",
-                "documents": counts[s]["documents"],
-                "tokens": counts[s]["tokens"],
-                "files": publish(builders[s], tmp[s], final_dir / f"{shard.name}.{s}"),
-            }
-        )
-    stats = {
-        "name": shard.name,
-        "outputs": outputs,
-        "sources": per_source,
-        "empty_documents": empty,
-        "skipped": dict(skipped),
-        "dropped_tokens": dropped,
-    }
-    write_json(final_dir / f"{shard.name}.json", stats)
-    return stats
-
-
-def _checked(docs, skip_bad: bool, skipped: Counter):
-    """Pass documents through; a bad record raises, or with skip_bad is counted and skipped (the
-    rest of its file is still read). Whole-file problems raise from ``docs`` itself."""
-    for item in docs:
-        if isinstance(item, InputError):
-            if not skip_bad or item.reason not in RECORD_PROBLEMS:
-                raise item
-            skipped[item.reason] += 1
-            continue
-        yield item
-
-
 # ---- orchestration -----------------------------------------------------------------------------
 
 
 def _shard_done(out: Path, shard: Shard) -> dict[str, Any] | None:
+    """A finished shard's stats: its marker exists and its files have the recorded sizes; else None."""
     marker = out / "shards" / f"{shard.name}.json"
     if not marker.is_file():
         return None
@@ -385,15 +229,61 @@ def prepare(
     out = Path(opts.output)
     sources = expand_inputs(list(opts.inputs))
     tok = load_tokenizer(opts.tokenizer)
+    dtype = _token_dtype(tok.vocab_size)
+    template = _chat_template(opts, tok)
+    job = _job(opts, tok, dtype, sources, template)
+    shards = _shard_layout(out, job, sources, opts.shard_bytes, workers)
+    _start_output(out, job, shards, tok)
+    results: dict[str, dict[str, Any]] = {}
+    todo = []
+    for sh in shards:
+        done = _shard_done(out, sh)
+        if done is not None:
+            results[sh.name] = done
+        else:
+            todo.append(sh)
+    update = _progress(sum(sh.size for sh in todo), on_progress)
+    started = time.time()
+    if todo:
+        results |= _tokenize_all(todo, opts, tok, dtype, workers, update, template)
+    manifest = _manifest(
+        opts,
+        tok,
+        dtype,
+        [results[sh.name] for sh in shards],
+        out,
+        time.time() - started,
+        fresh={sh.name for sh in todo},
+        template=template,
+    )
+    _refuse_empty(manifest["totals"], sources)
+    write_json(out / "manifest.json", manifest)
+    if not any((out / ".tmp").iterdir()):
+        (out / ".tmp").rmdir()
+    return manifest
+
+
+def _token_dtype(vocab_size: int) -> str:
+    """The smallest numpy dtype that holds every token id (megatron's choice)."""
     import numpy as np
     from megatron.core.datasets.indexed_dataset import DType
 
-    dtype = np.dtype(DType.optimal_dtype(tok.vocab_size)).name
-    template = None
-    if opts.format == "chat":  # chosen (and a Jinja file checked) once, before any record
-        from zebractl.data.chat_template import resolve
+    return np.dtype(DType.optimal_dtype(vocab_size)).name
 
-        template = resolve(opts.chat_template, tok)
+
+def _chat_template(opts: PrepareOptions, tok: Any) -> Any:
+    """Chat data's template, chosen (and a Jinja file checked) once, before any record; else None."""
+    if opts.format != "chat":
+        return None
+    from zebractl.data.chat_template import resolve
+
+    return resolve(opts.chat_template, tok)
+
+
+def _job(
+    opts: PrepareOptions, tok: Any, dtype: str, sources: list[Source], template: Any
+) -> dict[str, Any]:
+    """What is being prepared (``job.json``, less its shards): what a resumed run must match."""
     job = {
         "zebractl_version": __version__,
         "tokenizer": tok.describe(),
@@ -406,54 +296,63 @@ def prepare(
     }
     if template is not None:
         job["chat_template"] = template.identity()
+    return job
+
+
+def _shard_layout(
+    out: Path, job: dict[str, Any], sources: list[Source], shard_bytes: int, workers: int
+) -> list[Shard]:
+    """The shards: as first planned for this output (whatever --workers is now), else a new plan."""
     job_path = out / "job.json"
+    if not job_path.is_file():
+        return plan_shards(sources, shard_bytes, workers)
+    old = json.loads(job_path.read_text(encoding="utf-8"))
+    _check_same_job(out, old, job)
     by_path = {s.path: s for s in sources}
-    if job_path.is_file():
-        old = json.loads(job_path.read_text(encoding="utf-8"))
-        if old.get("tokenizer", {}).get("fingerprint") != tok.fingerprint:
-            raise ConfigError(
-                f"{out} was prepared with another tokenizer "
-                f"({old.get('tokenizer', {}).get('source')}, fingerprint "
-                f"{str(old.get('tokenizer', {}).get('fingerprint'))[:12]}); refusing "
-                "to mix tokenizations: choose a new --output"
-            )
-        if template is not None and old.get("chat_template") != job["chat_template"]:
-            was = old.get("chat_template") or {}
-            raise ConfigError(
-                f"{out} was prepared with another chat template ({was.get('name')}, sha256 "
-                f"{str(was.get('sha256'))[:12]}; now {template.name}, sha256 "
-                f"{template.sha256[:12]}); refusing to mix renderings: choose a new --output"
-            )
-        if {k: old.get(k) for k in ("dtype", "options", "sources")} != {
-            k: job[k] for k in ("dtype", "options", "sources")
-        }:
-            raise ConfigError(
-                f"{out} holds a preparation of other inputs or options; resume only "
-                "with the same arguments, or choose a new --output"
-            )
-        # the shard layout is the one planned first, whatever --workers is now
-        shards = [Shard(sh["name"], [by_path[p] for p in sh["sources"]]) for sh in old["shards"]]
-    else:
-        shards = plan_shards(sources, opts.shard_bytes, workers)
-        job["shards"] = [
-            {"name": sh.name, "sources": [s.path for s in sh.sources]} for sh in shards
-        ]
+    return [Shard(sh["name"], [by_path[p] for p in sh["sources"]]) for sh in old["shards"]]
+
+
+def _check_same_job(out: Path, old: dict[str, Any], job: dict[str, Any]) -> None:
+    """Refuse to resume ``out`` with another tokenizer, chat template, inputs or options."""
+    was_tok = old.get("tokenizer", {})
+    if was_tok.get("fingerprint") != job["tokenizer"]["fingerprint"]:
+        raise ConfigError(
+            f"{out} was prepared with another tokenizer "
+            f"({was_tok.get('source')}, fingerprint "
+            f"{str(was_tok.get('fingerprint'))[:12]}); refusing "
+            "to mix tokenizations: choose a new --output"
+        )
+    if "chat_template" in job and old.get("chat_template") != job["chat_template"]:
+        was, now = old.get("chat_template") or {}, job["chat_template"]
+        raise ConfigError(
+            f"{out} was prepared with another chat template ({was.get('name')}, sha256 "
+            f"{str(was.get('sha256'))[:12]}; now {now['name']}, sha256 "
+            f"{now['sha256'][:12]}); refusing to mix renderings: choose a new --output"
+        )
+    keys = ("dtype", "options", "sources")
+    if {k: old.get(k) for k in keys} != {k: job[k] for k in keys}:
+        raise ConfigError(
+            f"{out} holds a preparation of other inputs or options; resume only "
+            "with the same arguments, or choose a new --output"
+        )
+
+
+def _start_output(out: Path, job: dict[str, Any], shards: list[Shard], tok: Any) -> None:
+    """The output folder, its ``.tmp/``, ``job.json`` (on the first run) and the tokenizer copy."""
     out.mkdir(parents=True, exist_ok=True)
     (out / ".tmp").mkdir(exist_ok=True)
+    job_path = out / "job.json"
     if not job_path.is_file():
-        write_json(job_path, job)
+        layout = [{"name": sh.name, "sources": [s.path for s in sh.sources]} for sh in shards]
+        write_json(job_path, job | {"shards": layout})
     tok.save(out / "tokenizer")
 
-    results: dict[str, dict[str, Any]] = {}
-    todo = []
-    for sh in shards:
-        done = _shard_done(out, sh)
-        if done is not None:
-            results[sh.name] = done
-        else:
-            todo.append(sh)
-    progress = Progress(total_bytes=sum(sh.size for sh in todo))
-    started = time.time()
+
+def _progress(
+    total_bytes: int, on_progress: Callable[[Progress], None] | None
+) -> Callable[[int, int, int], None]:
+    """A report function for the workers: adds their counts to a :class:`Progress`, shown."""
+    progress = Progress(total_bytes=total_bytes)
 
     def update(docs: int, tokens: int, nbytes: int) -> None:
         progress.documents += docs
@@ -462,25 +361,31 @@ def prepare(
         if on_progress:
             on_progress(progress)
 
-    if todo:
-        _WORKER["tokenizer"] = tok
-        if workers <= 1 or len(todo) == 1:
-            _worker_init(str(out / "tokenizer"), None)
-            for sh in todo:
-                results[sh.name] = tokenize(sh, opts, _WORKER["tokenizer"], dtype, update, template)
-        else:
-            results |= _run_pool(todo, opts, dtype, workers, out, update, template)
-    manifest = _manifest(
-        opts,
-        tok,
-        dtype,
-        [results[sh.name] for sh in shards],
-        out,
-        time.time() - started,
-        fresh={sh.name for sh in todo},
-        template=template,
-    )
-    totals = manifest["totals"]
+    return update
+
+
+def _tokenize_all(
+    todo: list[Shard],
+    opts: PrepareOptions,
+    tok: Any,
+    dtype: str,
+    workers: int,
+    update: Callable[[int, int, int], None],
+    template: Any,
+) -> dict[str, dict[str, Any]]:
+    """Tokenize the shards not yet done, here or in a pool of workers; their stats by name."""
+    out = Path(opts.output)
+    _WORKER["tokenizer"] = tok
+    if workers > 1 and len(todo) > 1:
+        return _run_pool(todo, opts, dtype, workers, out, update, template)
+    _worker_init(str(out / "tokenizer"), None)
+    return {
+        sh.name: tokenize(sh, opts, _WORKER["tokenizer"], dtype, update, template) for sh in todo
+    }
+
+
+def _refuse_empty(totals: dict[str, Any], sources: list[Source]) -> None:
+    """No token at all is a usage error naming the inputs (exit 2)."""
     if totals["tokens"] == 0:
         skipped = sum(totals["skipped"].values())
         raise ConfigError(
@@ -489,10 +394,6 @@ def prepare(
             f"{totals['empty_documents']} empty document(s), {skipped} record(s) skipped; "
             "nothing to prepare (check --text-key and the input files)"
         )
-    write_json(out / "manifest.json", manifest)
-    if not any((out / ".tmp").iterdir()):
-        (out / ".tmp").rmdir()
-    return manifest
 
 
 def _run_pool(
@@ -504,6 +405,7 @@ def _run_pool(
     update: Callable[[int, int, int], None],
     template: Any = None,
 ) -> dict[str, dict[str, Any]]:
+    """Tokenize ``todo`` in a pool of workers, passing their progress on; their stats by name."""
     import multiprocessing as mp
     import queue as queue_mod
 
@@ -545,6 +447,7 @@ def _manifest(
     fresh: set[str],
     template: Any = None,
 ) -> dict[str, Any]:
+    """The manifest: totals, splits, every shard output and source, and this run's facts."""
     skipped: Counter = Counter()
     outputs, sources = [], []
     for st in shard_stats:

@@ -10,6 +10,7 @@ text has its recorded sha256.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,84 +21,20 @@ from zebractl.util import sha256_file
 def verify(folder: str | Path) -> dict[str, Any]:
     """Return ``{"ok": bool, "problems": [...], "checked": {...}}``; missing manifest is exit 2."""
     import numpy as np
-    from megatron.core.datasets.indexed_dataset import _IndexReader
 
     root = Path(folder)
-    manifest_path = root / "manifest.json"
-    if not manifest_path.is_file():
-        raise ConfigError(
-            f"{root}: no manifest.json (not a finished `zebractl prepare` output; "
-            "rerun prepare with the same arguments to finish it)"
-        )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
-    problems: list[str] = []
+    manifest = _read_manifest(root)
     vocab = manifest["tokenizer"]["vocab_size"]
-    dtype = np.dtype(manifest["dtype"])
-    documents = tokens = 0
-    max_id = -1
-    lengths: dict[str, Any] = {}  # token datasets' sequence lengths, for their masks
+    seen = _Seen(np.dtype(manifest["dtype"]), vocab)
+    problems: list[str] = []
     for out in manifest["shards"]:
-        prefix = root / out["prefix"]
-        name = out["prefix"]
-        mask = out.get("kind", "tokens") == "mask"
-        want = np.dtype(np.uint8) if mask else dtype
-        bad = False
-        for ext, meta in out["files"].items():
-            path = Path(f"{prefix}.{ext}")
-            if not path.is_file():
-                problems.append(f"{name}.{ext}: missing")
-                bad = True
-            elif path.stat().st_size != meta["bytes"]:
-                problems.append(
-                    f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
-                )
-                bad = True
-            elif sha256_file(path) != meta["sha256"]:
-                problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
-        if bad:
-            continue
-        try:
-            index = _IndexReader(f"{prefix}.idx", multimodal=False)
-        except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
-            problems.append(f"{name}.idx: unreadable index ({type(exc).__name__}: {exc})")
-            continue
-        if np.dtype(index.dtype) != want:
-            problems.append(
-                f"{name}.idx: dtype {np.dtype(index.dtype).name}, manifest says {want.name}"
-            )
-        n_docs = len(index.document_indices) - 1
-        n_tokens = int(np.asarray(index.sequence_lengths, dtype=np.int64).sum())
-        if n_docs != out["documents"]:
-            problems.append(f"{name}: {n_docs} documents, manifest says {out['documents']}")
-        if n_tokens != out["tokens"]:
-            problems.append(f"{name}: {n_tokens} tokens indexed, manifest says {out['tokens']}")
-        bin_path = Path(f"{prefix}.bin")
-        if mask:
-            problems += _mask_problems(name, bin_path, index, lengths.get(name[: -len(".mask")]))
-            continue
-        lengths[name] = np.array(index.sequence_lengths)  # a copy: the index unmaps its buffer
-        if bin_path.stat().st_size != n_tokens * dtype.itemsize:
-            problems.append(
-                f"{name}.bin: {bin_path.stat().st_size} bytes for {n_tokens} "
-                f"{dtype.name} tokens ({n_tokens * dtype.itemsize} expected)"
-            )
-        elif n_tokens:
-            data = np.memmap(bin_path, dtype=dtype, mode="r")
-            top = max(int(data[i : i + (1 << 24)].max()) for i in range(0, len(data), 1 << 24))
-            max_id = max(max_id, top)
-            if top >= vocab:
-                problems.append(f"{name}.bin: token id {top} >= vocabulary size {vocab}")
-        documents += n_docs
-        tokens += n_tokens
+        problems += _output_problems(root, out, seen)
     problems += _tokenizer_problems(root, manifest["tokenizer"])
     problems += _template_problems(manifest.get("chat"))
     totals = manifest["totals"]
-    if not problems and (documents, tokens) != (totals["documents"], totals["tokens"]):
+    if not problems and (seen.documents, seen.tokens) != (totals["documents"], totals["tokens"]):
         problems.append(
-            f"totals: {documents} documents / {tokens} tokens, manifest says "
+            f"totals: {seen.documents} documents / {seen.tokens} tokens, manifest says "
             f"{totals['documents']} / {totals['tokens']}"
         )
     return {
@@ -105,13 +42,118 @@ def verify(folder: str | Path) -> dict[str, Any]:
         "problems": problems,
         "checked": {
             "outputs": len(manifest["shards"]),
-            "documents": documents,
-            "tokens": tokens,
-            "max_token_id": max_id,
+            "documents": seen.documents,
+            "tokens": seen.tokens,
+            "max_token_id": seen.max_id,
             "vocab_size": vocab,
-            "dtype": dtype.name,
+            "dtype": seen.dtype.name,
         },
     }
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    """The folder's manifest; none, or an unreadable one, is a usage error (exit 2)."""
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(
+            f"{root}: no manifest.json (not a finished `zebractl prepare` output; "
+            "rerun prepare with the same arguments to finish it)"
+        )
+    try:
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
+
+
+@dataclass
+class _Seen:
+    """What the token datasets checked so far hold, and what they must: the manifest's dtype and
+    vocabulary size."""
+
+    dtype: Any
+    vocab: int
+    documents: int = 0
+    tokens: int = 0
+    max_id: int = -1
+    lengths: dict[str, Any] = field(default_factory=dict)  # sequence lengths, for their masks
+
+
+def _output_problems(root: Path, out: dict[str, Any], seen: _Seen) -> list[str]:
+    """One output of the manifest: its files, its index, and its tokens (or its mask values)."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import _IndexReader
+
+    prefix = root / out["prefix"]
+    name = out["prefix"]
+    mask = out.get("kind", "tokens") == "mask"
+    want = np.dtype(np.uint8) if mask else seen.dtype
+    problems, bad = _file_problems(name, prefix, out["files"])
+    if bad:
+        return problems
+    try:
+        index = _IndexReader(f"{prefix}.idx", multimodal=False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a finding
+        return [*problems, f"{name}.idx: unreadable index ({type(exc).__name__}: {exc})"]
+    if np.dtype(index.dtype) != want:
+        problems.append(
+            f"{name}.idx: dtype {np.dtype(index.dtype).name}, manifest says {want.name}"
+        )
+    n_docs = len(index.document_indices) - 1
+    n_tokens = int(np.asarray(index.sequence_lengths, dtype=np.int64).sum())
+    if n_docs != out["documents"]:
+        problems.append(f"{name}: {n_docs} documents, manifest says {out['documents']}")
+    if n_tokens != out["tokens"]:
+        problems.append(f"{name}: {n_tokens} tokens indexed, manifest says {out['tokens']}")
+    bin_path = Path(f"{prefix}.bin")
+    if mask:
+        return problems + _mask_problems(
+            name, bin_path, index, seen.lengths.get(name[: -len(".mask")])
+        )
+    seen.lengths[name] = np.array(index.sequence_lengths)  # a copy: the index unmaps its buffer
+    problems += _token_problems(name, bin_path, n_tokens, seen)
+    seen.documents += n_docs
+    seen.tokens += n_tokens
+    return problems
+
+
+def _file_problems(name: str, prefix: Path, files: dict[str, Any]) -> tuple[list[str], bool]:
+    """An output's files against the manifest's sizes and sha256s; and whether one is missing or
+    of another size (then nothing more of it is read)."""
+    problems: list[str] = []
+    bad = False
+    for ext, meta in files.items():
+        path = Path(f"{prefix}.{ext}")
+        if not path.is_file():
+            problems.append(f"{name}.{ext}: missing")
+            bad = True
+        elif path.stat().st_size != meta["bytes"]:
+            problems.append(
+                f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
+            )
+            bad = True
+        elif sha256_file(path) != meta["sha256"]:
+            problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
+    return problems, bad
+
+
+def _token_problems(name: str, bin_path: Path, n_tokens: int, seen: _Seen) -> list[str]:
+    """A token dataset's ``.bin``: exactly its indexed tokens, every id below the vocabulary size."""
+    import numpy as np
+
+    dtype, vocab = seen.dtype, seen.vocab
+    if bin_path.stat().st_size != n_tokens * dtype.itemsize:
+        return [
+            f"{name}.bin: {bin_path.stat().st_size} bytes for {n_tokens} "
+            f"{dtype.name} tokens ({n_tokens * dtype.itemsize} expected)"
+        ]
+    if not n_tokens:
+        return []
+    data = np.memmap(bin_path, dtype=dtype, mode="r")
+    top = max(int(data[i : i + (1 << 24)].max()) for i in range(0, len(data), 1 << 24))
+    seen.max_id = max(seen.max_id, top)
+    if top >= vocab:
+        return [f"{name}.bin: token id {top} >= vocabulary size {vocab}"]
+    return []
 
 
 def _mask_problems(name: str, bin_path: Path, index: Any, token_lengths: Any) -> list[str]:

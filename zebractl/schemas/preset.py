@@ -289,6 +289,22 @@ Problem = tuple[str, str]
 
 def model_problems(m: ModelConfig) -> list[Problem]:
     """Every cross-field inconsistency of an architecture, keys relative to the model root."""
+    out = _layout_problems(m) + _section_problems(m)
+    for name in ("kda", "gdn"):
+        block = getattr(m, name)
+        if block is not None:
+            out += _linear_attention_problems(name, block, m.hidden_size)
+    if m.kda is not None and m.kda.safe_gate and m.kda.lower_bound is None:
+        out.append(("kda.lower_bound", "safe_gate needs a lower_bound in [-5, 0)"))
+    if m.mamba2 is not None:
+        out += _mamba2_problems(m.mamba2, m.hidden_size)
+    if m.mla is not None:
+        out += _mla_problems(m.mla)
+    return out
+
+
+def _layout_problems(m: ModelConfig) -> list[Problem]:
+    """The layout: a pattern or a mixer and ratio, one mixer per block, a recurrent mixer named."""
     out: list[Problem] = []
     lay = m.layout
     if lay.pattern is not None:
@@ -315,7 +331,12 @@ def model_problems(m: ModelConfig) -> list[Problem]:
                 "layout.pattern, or hybrid_attention_ratio 1.0 for pure MLA",
             )
         )
+    return out
 
+
+def _section_problems(m: ModelConfig) -> list[Problem]:
+    """A section for every mixer the layout uses, and none for a mixer it does not."""
+    out: list[Problem] = []
     used = set(m.blocks)
     for name in ("kda", "gdn", "mamba2", "mla"):
         block = getattr(m, name)
@@ -329,74 +350,81 @@ def model_problems(m: ModelConfig) -> list[Problem]:
                     "null) so the preset says only what the model is",
                 )
             )
+    return out
 
-    for name in ("kda", "gdn"):
-        block = getattr(m, name)
-        if block is None:
-            continue
-        if block.head_k_dim is None and m.hidden_size % block.num_heads:
-            out.append(
-                (
-                    f"{name}.num_heads",
-                    f"hidden_size {m.hidden_size} is not divisible by "
-                    f"{name}.num_heads {block.num_heads}; set {name}.head_k_dim explicitly",
-                )
-            )
-        if block.head_v_dim is not None and block.expand_v is not None:
-            out.append((f"{name}.expand_v", "set head_v_dim or expand_v, not both"))
-        d = _linear_attention_dims(block, m.hidden_size)
-        if block.expand_v is not None and d.head_k_dim * block.expand_v != int(
-            d.head_k_dim * block.expand_v
-        ):
-            out.append(
-                (
-                    f"{name}.expand_v",
-                    f"head_k_dim {d.head_k_dim} * expand_v {block.expand_v} is not a whole number",
-                )
-            )
-        if d.num_v_heads % d.num_heads:
-            out.append(
-                (
-                    f"{name}.num_v_heads",
-                    f"num_v_heads {d.num_v_heads} must be a multiple of "
-                    f"num_heads {d.num_heads} (GVA shares each key head among a whole number "
-                    "of value heads)",
-                )
-            )
-    if m.kda is not None and m.kda.safe_gate and m.kda.lower_bound is None:
-        out.append(("kda.lower_bound", "safe_gate needs a lower_bound in [-5, 0)"))
 
-    if m.mamba2 is not None:
-        mb = m.mamba2
-        d_inner = mb.expand * m.hidden_size
-        if d_inner % mb.head_dim:
-            out.append(
-                (
-                    "mamba2.head_dim",
-                    f"d_inner = expand*hidden_size = {d_inner} is not "
-                    f"divisible by head_dim {mb.head_dim}",
-                )
+def _linear_attention_problems(
+    name: str, block: LinearAttentionConfig, hidden_size: int
+) -> list[Problem]:
+    """KDA's or GDN's head sizes: derivable, whole, value heads a multiple of key heads."""
+    out: list[Problem] = []
+    if block.head_k_dim is None and hidden_size % block.num_heads:
+        out.append(
+            (
+                f"{name}.num_heads",
+                f"hidden_size {hidden_size} is not divisible by "
+                f"{name}.num_heads {block.num_heads}; set {name}.head_k_dim explicitly",
             )
-        elif (d_inner // mb.head_dim) % mb.num_groups:
-            out.append(
-                (
-                    "mamba2.num_groups",
-                    f"{d_inner // mb.head_dim} heads do not divide into num_groups {mb.num_groups}",
-                )
+        )
+    if block.head_v_dim is not None and block.expand_v is not None:
+        out.append((f"{name}.expand_v", "set head_v_dim or expand_v, not both"))
+    d = _linear_attention_dims(block, hidden_size)
+    if block.expand_v is not None and d.head_k_dim * block.expand_v != int(
+        d.head_k_dim * block.expand_v
+    ):
+        out.append(
+            (
+                f"{name}.expand_v",
+                f"head_k_dim {d.head_k_dim} * expand_v {block.expand_v} is not a whole number",
             )
+        )
+    if d.num_v_heads % d.num_heads:
+        out.append(
+            (
+                f"{name}.num_v_heads",
+                f"num_v_heads {d.num_v_heads} must be a multiple of "
+                f"num_heads {d.num_heads} (GVA shares each key head among a whole number "
+                "of value heads)",
+            )
+        )
+    return out
 
-    if m.mla is not None:
-        if m.mla.rope_type == "yarn" and m.mla.yarn is None:
-            out.append(("mla.yarn", "rope_type is yarn but the `yarn:` section is missing"))
-        if m.mla.rope_type == "rope" and m.mla.yarn is not None:
-            out.append(
-                (
-                    "mla.yarn",
-                    "`yarn:` is set but rope_type is rope; remove it or use rope_type: yarn",
-                )
+
+def _mamba2_problems(mb: Mamba2Config, hidden_size: int) -> list[Problem]:
+    """Mamba2's inner width divides into heads, and its heads into groups."""
+    d_inner = mb.expand * hidden_size
+    if d_inner % mb.head_dim:
+        return [
+            (
+                "mamba2.head_dim",
+                f"d_inner = expand*hidden_size = {d_inner} is not "
+                f"divisible by head_dim {mb.head_dim}",
             )
-        if m.mla.qk_pos_emb_head_dim % 2:
-            out.append(("mla.qk_pos_emb_head_dim", "RoPE dimension must be even"))
+        ]
+    if (d_inner // mb.head_dim) % mb.num_groups:
+        return [
+            (
+                "mamba2.num_groups",
+                f"{d_inner // mb.head_dim} heads do not divide into num_groups {mb.num_groups}",
+            )
+        ]
+    return []
+
+
+def _mla_problems(mla: MLAConfig) -> list[Problem]:
+    """MLA's RoPE: a ``yarn:`` section exactly with rope_type yarn, an even RoPE dimension."""
+    out: list[Problem] = []
+    if mla.rope_type == "yarn" and mla.yarn is None:
+        out.append(("mla.yarn", "rope_type is yarn but the `yarn:` section is missing"))
+    if mla.rope_type == "rope" and mla.yarn is not None:
+        out.append(
+            (
+                "mla.yarn",
+                "`yarn:` is set but rope_type is rope; remove it or use rope_type: yarn",
+            )
+        )
+    if mla.qk_pos_emb_head_dim % 2:
+        out.append(("mla.qk_pos_emb_head_dim", "RoPE dimension must be even"))
     return out
 
 
