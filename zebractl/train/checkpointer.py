@@ -1,7 +1,7 @@
 """The Trainer's checkpoints: when to save, how, and which checkpoint to resume from.
 
 :class:`Checkpointer` owns the policy: ``checkpoint.interval`` and the last step
-(:meth:`Checkpointer.maybe_save`), a save on a stop (:meth:`Checkpointer.save_on_stop`), synchronous
+(:meth:`Checkpointer.maybe_save`), a save when the run stops (:meth:`Checkpointer.save`), synchronous
 or asynchronous saves behind the same calls (``checkpoint.async_save``:
 :class:`zebractl.run.async_save.AsyncSaver`; every step boundary polls the save in flight, the next
 save and the end of the run wait for it), the disk checks around every write (a full or read-only
@@ -41,36 +41,6 @@ def state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
         if impl == "megatron" and p.dtype != torch.float32:
             total += p.numel() * 4
     return total if world == 1 else math.ceil(total / world * 1.25)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every random generator's state, for a checkpoint (a resumed run draws what the
-    uninterrupted one would have)."""
-    import random
-
-    import numpy as np
-
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore :func:`rng_state`'s generators."""
-    import random
-
-    import numpy as np
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 class Checkpointer:

@@ -3,8 +3,10 @@ so :meth:`zebractl.train.trainer.Trainer.setup` reads as the list of its steps.
 
 Checks that end a run before anything heavy starts come first (:func:`check_request`,
 :func:`check_data`); then what is said on the console (:func:`announce`), the run directory
-(:func:`prepare_run_dir`), the seeds, the learning-rate schedule (:func:`build_scheduler`) and the
-GPU's peak (:func:`peak_flops`).
+(:func:`write_config`), the seeds, the datasets (:func:`build_datasets`), the engine
+(:func:`build_engine`), the learning-rate schedule (:func:`build_scheduler`), the weights a fresh
+run starts from (:func:`init_weights`, :func:`init_record`), the metrics (:func:`open_metrics`) and
+the GPU's peak (:func:`peak_flops`).
 """
 
 from __future__ import annotations
@@ -164,6 +166,83 @@ def write_config(run: RunDir, record: ResolvedConfigRecord, console: Callable[[s
             "with: " + ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
         )
     run.write_config(record)
+
+
+def build_datasets(cfg: RunConfig, spec: Any, iters: int, cache: Path) -> tuple[Any, Any]:
+    """The training and held-out datasets (megatron's GPTDataset, or the masked one for chat
+    data) for ``iters`` steps and the validation's; a held-out part too small for one sample is a
+    :class:`ConfigError`."""
+    from zebractl.train.data import build_datasets as build
+
+    g, val = cfg.batch.global_, cfg.validation
+    train_ds, valid_ds = build(
+        cfg, spec, iters * g, val.iterations * g if val is not None else 0, cache
+    )
+    if val is not None and valid_ds is None:
+        raise ConfigError(
+            "the held-out part of the data holds no whole sample of data.seq_length "
+            f"{cfg.data.seq_length} tokens; give it a larger share (data.split or "
+            "--valid-fraction) or set validation: null"
+        )
+    return train_ds, valid_ds
+
+
+def build_engine(
+    cfg: RunConfig,
+    record: ResolvedConfigRecord,
+    device: Any,
+    world: int,
+    accum: int,
+    console: Callable[[str], None],
+) -> tuple[Any, Any]:
+    """The engine holding the model (FLA's class for a reference run) and, where
+    ``kernels.cuda_graph`` serves, the CUDA-graphed micro-step (else None)."""
+    from zebractl.train.cuda_graph import maybe_graphed
+    from zebractl.train.engine import build_engine as build
+
+    reference = record.reference  # a reference run: FLA's class of the model
+    engine = build(cfg, device, world, cfg.seed, reference=reference)
+    if reference is None:
+        return engine, maybe_graphed(cfg, engine, accum, console)
+    console(f"reference run: FLA's {type(engine.model.hf).__name__}, zebractl's init")
+    if cfg.recompute.mode != "none":
+        console(
+            f"note: recompute.mode {cfg.recompute.mode} applies to zebractl's model; "
+            "FLA's class trains without it (the same losses, more memory)"
+        )
+    return engine, None
+
+
+def device_name(device: Any) -> str:
+    """``cuda (NAME)`` or ``cpu``, for the config history."""
+    if device.type != "cuda":
+        return "cpu"
+    import torch
+
+    return f"cuda ({torch.cuda.get_device_name(device)})"
+
+
+def open_metrics(
+    cfg: RunConfig,
+    run: RunDir,
+    record: ResolvedConfigRecord,
+    iteration: int,
+    rank: int,
+    console: Callable[[str], None],
+) -> Any:
+    """The run's :class:`~zebractl.run.metrics.MetricsWriter` (files and W&B on rank 0 only)."""
+    from zebractl.run.metrics import MetricsWriter
+    from zebractl.run.tracking import open_tracker
+
+    log = cfg.logging
+    return MetricsWriter(
+        run,
+        resumed_at=iteration,
+        jsonl=log.jsonl and rank == 0,
+        tensorboard=log.tensorboard and rank == 0,
+        note=console,
+        tracker=open_tracker(run, record, log.wandb, console) if rank == 0 else None,
+    )
 
 
 def build_scheduler(cfg: RunConfig, optimizer: Any, iters: int) -> Any:

@@ -4,9 +4,11 @@
 (:mod:`zebractl.train.engine`), megatron's GPTDataset over the prepared data read by a DataLoader in
 consumed-samples order, megatron's ``OptimizerParamScheduler`` (linear warmup from 0, then the decay
 style, counted in samples), and resumes from the newest intact checkpoint of the run directory
-(:mod:`zebractl.run`). ``train_step`` is one optimizer step (gradient accumulation up to the global
-batch, clipping, the non-finite guard); ``evaluate`` is the loss on the held-out data; ``save`` writes a
-checkpoint; ``fit`` runs them with metrics, validation and checkpoint intervals.
+(:mod:`zebractl.run`). ``train_step`` is one optimizer step (:class:`~zebractl.train.step.Stepper`:
+gradient accumulation up to the global batch, clipping, the non-finite guard); ``evaluate`` is the
+loss on the held-out data; ``save`` writes a checkpoint (:mod:`zebractl.train.state` says what it
+holds); ``fit`` runs them with metrics (:mod:`zebractl.train.window`), validation and checkpoint
+intervals.
 
 Checkpoints are the :class:`~zebractl.train.checkpointer.Checkpointer`'s: when to save, sync or
 async (``checkpoint.async_save``), the disk checks, which checkpoint to resume from; the Trainer
@@ -22,22 +24,18 @@ resumed from it reproduces the uninterrupted run's losses bit for bit: the data 
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from zebractl import __version__
 from zebractl.errors import ConfigError, TrainingError
 from zebractl.planning.flops import flops_per_token
 from zebractl.run import checkpoint as ckpt
-from zebractl.run.metrics import MetricsWriter
 from zebractl.run.records import (
     CheckpointMarker,
     ResolvedConfigRecord,
@@ -45,33 +43,17 @@ from zebractl.run.records import (
     ValRow,
 )
 from zebractl.run.rundir import RunDir
-from zebractl.run.tracking import open_tracker
 from zebractl.runtime import dist
 from zebractl.schemas.recipe import RunConfig, derive
-from zebractl.train.checkpointer import Checkpointer, rng_state, set_rng_state, state_bytes
+from zebractl.train.checkpointer import Checkpointer, state_bytes
 from zebractl.train.progress import Clock, NoBar, Snapshot, duration, row_line, val_line
+from zebractl.train.result import RunResult
 from zebractl.train.signals import StopFlag
+from zebractl.train.state import Counters, load_run_state, marker, run_state
+from zebractl.train.step import Stepper
+from zebractl.train.window import LogWindow, train_row, val_row
 
 _CPU = torch.device("cpu")
-
-
-@dataclass
-class RunResult:
-    """What a run did."""
-
-    iterations: int
-    resumed_from: int | None
-    final_loss: float | None
-    checkpoint: Path | None
-    stopped: str  # "done" | "signal" | "limit"
-    skipped: int = 0  # updates skipped for a non-finite loss or gradient (nonfinite.action skip)
-    signal: int | None = None  # the signal that stopped the run
-    val_loss: float | None = None  # the last validation loss
-    total: int = 0  # the run's resolved iterations (schedule.iterations or train_tokens)
-    tokens: int = 0  # tokens consumed by the run so far (samples x seq_length, resumed ones too)
-    wall_s: float = 0.0  # seconds from the start of the run in this process to its end (setup too)
-    tokens_per_s: float | None = None  # mean training tokens/s per process over this process's
-    # steps (validation and saves excluded, the compile step included); None if it ran none
 
 
 class Trainer:
@@ -104,7 +86,6 @@ class Trainer:
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
-        self.graphed = None  # kernels.cuda_graph: the graphed micro-step (setup)
         self.flag = StopFlag()
         self.bar = bar if bar is not None else NoBar()
         self._bar_info = "loss n/a"  # the bar's last logged loss and tokens/s
@@ -160,11 +141,8 @@ class Trainer:
         import torch.distributed as tdist
 
         from zebractl.train import setup
-        from zebractl.train.cuda_graph import maybe_graphed
-        from zebractl.train.data import build_datasets
-        from zebractl.train.engine import build_engine
 
-        cfg, g, val = self.cfg, self.cfg.batch.global_, self.cfg.validation
+        cfg = self.cfg
         setup.announce(self.console, cfg, self.record, self.world, self.accum, self.iters)
         setup.seed_everything(cfg.seed)
         setup.check_same_kind(self.run, self.record)
@@ -175,35 +153,21 @@ class Trainer:
         tdist.barrier()
 
         with self._writing("the dataset index cache (safe to delete)", self.run.data_cache):
-            self.train_ds, self.valid_ds = build_datasets(
-                cfg,
-                spec,
-                self.iters * g,
-                val.iterations * g if val is not None else 0,
-                self.run.data_cache,
-            )
-        if val is not None and self.valid_ds is None:
-            raise ConfigError(
-                "the held-out part of the data holds no whole sample of data.seq_length "
-                f"{cfg.data.seq_length} tokens; give it a larger share (data.split or "
-                "--valid-fraction) or set validation: null"
+            self.train_ds, self.valid_ds = setup.build_datasets(
+                cfg, spec, self.iters, self.run.data_cache
             )
 
         # every rank builds the same seeded initialisation; both engines average gradients over ranks
-        reference = self.record.reference  # a reference run: FLA's class of the model
-        self.engine = build_engine(cfg, self.device, self.world, cfg.seed, reference=reference)
+        self.engine, graphed = setup.build_engine(
+            cfg, self.record, self.device, self.world, self.accum, self.console
+        )
         self.model = self.engine.model
-        if reference is None:
-            self.graphed = maybe_graphed(cfg, self.engine, self.accum, self.console)
-        else:
-            self.console(f"reference run: FLA's {type(self.model.hf).__name__}, zebractl's init")
-            if cfg.recompute.mode != "none":
-                self.console(
-                    f"note: recompute.mode {cfg.recompute.mode} applies to zebractl's model; "
-                    "FLA's class trains without it (the same losses, more memory)"
-                )
         self.sched = setup.build_scheduler(cfg, self.engine.optimizer, self.iters)
         self.max_skipped = cfg.nonfinite.max_skipped if cfg.nonfinite.action == "skip" else None
+        self.stepper = Stepper(
+            cfg, self.engine, self.sched, self.device, self.accum, self.world, self.eod,
+            graphed=graphed, skip_nonfinite=self.max_skipped is not None,
+        )  # fmt: skip
         # an async saver's pinned host memory, reserved on a GPU while training starts
         cuda = self.device.type == "cuda"
         staged = state_bytes(self.model, self.engine.impl, self.world) if cuda else None
@@ -213,21 +177,11 @@ class Trainer:
             with self._writing("the config history", self.run.history_path):
                 self.run.record_start(
                     self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
-                    run_id=self.run_id, world_size=self.world,
-                    device=f"cuda ({torch.cuda.get_device_name(self.device)})" if cuda else "cpu",
+                    run_id=self.run_id, world_size=self.world, device=setup.device_name(self.device),
                 )  # fmt: skip
         with self._writing("the metrics", self.run.metrics_path):
-            self.metrics = MetricsWriter(
-                self.run,
-                resumed_at=self.iteration,
-                jsonl=cfg.logging.jsonl and self.rank == 0,
-                tensorboard=cfg.logging.tensorboard and self.rank == 0,
-                note=self.console,
-                tracker=(
-                    open_tracker(self.run, self.record, cfg.logging.wandb, self.console)
-                    if self.rank == 0
-                    else None
-                ),
+            self.metrics = setup.open_metrics(
+                cfg, self.run, self.record, self.iteration, self.rank, self.console
             )
         self._batches = self._train_batches()
 
@@ -241,19 +195,11 @@ class Trainer:
         return iter(loader(self.train_ds, sampler, c.data.num_workers, self.device.type == "cuda"))
 
     # ---- checkpoints ---------------------------------------------------------------------------
-    def _state(self, is_loading: bool = False) -> dict[str, Any]:
-        model_sd = self.model.sharded_state_dict(metadata=ckpt.sharded_metadata())
-        return {
-            "model": model_sd,
-            "optimizer": self.engine.sharded_optimizer_state(model_sd, is_loading),
-            "scheduler": self.sched.state_dict(),
-            "rng": rng_state(),
-            "iteration": self.iteration,
-            "consumed_samples": self.consumed,
-            "skipped_iterations": self.skipped,
-            "zebractl_version": __version__,
-            "config": self.record.model_dump(mode="json"),
-        }
+    def _counters(self) -> Counters:
+        return Counters(self.iteration, self.consumed, self.skipped)
+
+    def _state(self) -> dict[str, Any]:
+        return run_state(self.model, self.engine, self.sched, self.record, self._counters())
 
     def _resume(self) -> None:
         cfg, root = self.cfg, self.run.checkpoints
@@ -291,36 +237,13 @@ class Trainer:
             self.run.write_init(record)
 
     def _load_checkpoint(self, found: ckpt.Checkpoint) -> None:
-        m = found.marker
-        saved = (m.optimizer_impl, m.distributed_optimizer)
-        if saved != (self.engine.impl, self.engine.distributed):
-            raise ConfigError(
-                f"{found.folder} holds the optimizer state of optimizer.impl '{saved[0]}' with "
-                f"parallelism.distributed_optimizer {str(saved[1]).lower()}, but this run uses "
-                f"'{self.engine.impl}' with {str(self.engine.distributed).lower()}; resume with "
-                "the same settings, or start a new output directory with --init-from to keep the "
-                "weights"
-            )
-        loaded = ckpt.load(found.folder, self._state(is_loading=True))
-        ckpt.load_model_state(self.model, loaded["model"])
-        self.engine.load_optimizer_state(loaded["optimizer"])
-        self.sched.load_state_dict(loaded["scheduler"])
-        set_rng_state(loaded["rng"])
-        self.iteration = loaded["iteration"]
-        self.consumed = loaded["consumed_samples"]
-        self.skipped = loaded.get("skipped_iterations", 0)
+        loaded = load_run_state(
+            found, self.model, self.engine, self.sched, self.record, self._counters()
+        )
+        self.iteration, self.consumed, self.skipped = loaded
 
     def _marker(self) -> CheckpointMarker:
-        return CheckpointMarker(
-            iteration=self.iteration,
-            consumed_samples=self.consumed,
-            skipped_iterations=self.skipped,
-            optimizer_impl=self.engine.impl,
-            distributed_optimizer=self.engine.distributed,
-            world_size=self.world,
-            run_id=self.run_id,
-            zebractl_version=__version__,
-        )
+        return marker(self.engine, self._counters(), self.world, self.run_id)
 
     def save(self) -> Path:
         """Checkpoint the current step (collective); returns its folder (async: being written)."""
@@ -336,44 +259,13 @@ class Trainer:
         return self.ckpts.writing(what, path, need)
 
     # ---- steps ---------------------------------------------------------------------------------
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.engine.autocast)
-
     def train_step(self) -> tuple[torch.Tensor | None, Any]:
         """One optimizer step over a global batch; returns (loss, grad norm), loss None if the
         update was skipped for a non-finite value. Counters advance only when the step is done."""
-        engine, device = self.engine, self.device
-        self.model.train()
-        engine.zero_grad()
-        loss_acc = torch.zeros((), device=device)
         batches = [self._next_batch() for _ in range(self.accum)]
-        scale = self._chat_scale(batches) if self.cfg.data.format == "chat" else None
-        for n_mb, mb in enumerate(batches, 1):
-            # reduce gradients across ranks once, on the last micro-batch of the step
-            if self.graphed is not None:  # one GPU: nothing to reduce across ranks
-                loss_acc += self.graphed(mb["tokens"], mb["labels"], mb["loss_mask"])
-                continue
-            ctx = contextlib.nullcontext() if n_mb == self.accum else engine.no_sync()
-            with ctx, self._autocast():
-                loss_sum, ntok = engine.forward(
-                    mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"], **mb["extra"]
-                )
-                if scale is None:  # every token trained on: the micro-batch means, averaged
-                    loss = loss_sum / ntok.clamp(min=1) / self.accum
-                else:  # the mean over the global batch's marked tokens (ranks average gradients)
-                    loss = loss_sum * scale
-                loss.backward()
-            loss_acc += loss.detach()
-        engine.finish_grads()
-        result: tuple[torch.Tensor | None, Any]
-        if self.max_skipped is not None and not self._all_finite(loss_acc):
-            # one host sync per step, the price of deciding before the update
+        result = self.stepper.step(batches)
+        if result[0] is None:
             self.skipped += 1
-            result = (None, None)
-        else:
-            grad_norm = engine.step()
-            self.sched.step(increment=self.cfg.batch.global_)
-            result = (loss_acc, grad_norm)
         self.iteration += 1
         self.consumed += self.cfg.batch.global_
         return result
@@ -387,80 +279,16 @@ class Trainer:
                 f"out of data: the step after {self.consumed:,} samples needs "
                 f"{self.cfg.batch.global_} more but the dataset has {len(self.train_ds):,}"
             ) from None
-        return self._on_device(mb)
+        return self.stepper.on_device(mb)
 
-    def _on_device(self, mb: dict[str, Any]) -> dict[str, Any]:
-        """A loader's micro-batch on the device; ``extra`` holds the model's other arguments
-        (``segments`` when documents are kept apart)."""
-        from zebractl.train.data import keep_documents_apart
-
-        out: dict[str, Any] = {k: v.to(self.device, non_blocking=True) for k, v in mb.items()}
-        out["extra"] = {}
-        if self.eod is not None:
-            out["extra"]["segments"] = keep_documents_apart(out, self.eod)
-        return out
-
-    def _chat_scale(self, batches: list[dict[str, torch.Tensor]]) -> torch.Tensor:
-        """``world / marked tokens of the global batch`` (data.format chat): each micro-batch's
-        summed loss times it gives, after the ranks average their gradients, the mean over every
-        marked token of the step, whatever the micro-batch and accumulation split."""
-        import torch.distributed as tdist
-
-        marked = sum(mb["loss_mask"].sum() for mb in batches).float()
-        if self.world > 1:
-            tdist.all_reduce(marked)
-        return self.world / marked.clamp(min=1)
-
-    def _all_finite(self, loss: torch.Tensor) -> bool:
-        """Whether the step's loss and every gradient are finite on every rank."""
-        import torch.distributed as tdist
-
-        bad = (~(torch.isfinite(loss) & self.engine.grads_finite())).to(torch.float32).reshape(1)
-        if self.world > 1:
-            tdist.all_reduce(bad)
-        return bad.item() == 0
-
-    @torch.no_grad()
     def evaluate(self) -> ValRow:
         """Mean loss over ``validation.iterations`` global batches of held-out data (the same
         samples every time), over all ranks."""
-        import torch.distributed as tdist
-
-        from zebractl.train.data import ConsumedSamplesSampler, loader
-
         c, val = self.cfg, self.cfg.validation
         assert val is not None and self.valid_ds is not None
         n = min(len(self.valid_ds), val.iterations * c.batch.global_)
-        sampler = ConsumedSamplesSampler(
-            n, 0, c.batch.micro, c.batch.global_, self.rank, self.world
-        )
-        total = torch.zeros(2, dtype=torch.float64, device=self.device)
-        self.model.eval()
-        try:
-            for mb in loader(
-                self.valid_ds, sampler, c.data.num_workers, self.device.type == "cuda"
-            ):
-                mb = self._on_device(mb)
-                with self._autocast():
-                    loss_sum, ntok = self.engine.forward(
-                        mb["tokens"], labels=mb["labels"], loss_mask=mb["loss_mask"], **mb["extra"]
-                    )
-                total += torch.stack([loss_sum.double(), ntok.double()])
-        finally:
-            self.model.train()
-        if self.world > 1:
-            tdist.all_reduce(total)
-        loss_sum, tokens = total.tolist()
-        loss = loss_sum / tokens if tokens else math.nan
-        finite = math.isfinite(loss)
-        return ValRow(
-            iteration=self.iteration,
-            val_loss=loss if finite else None,
-            val_ppl=math.exp(loss) if finite and loss < 700 else None,
-            tokens=int(tokens),
-            wall_time=time.time(),
-            run_id=self.run_id,
-        )
+        loss_sum, tokens = self.stepper.held_out(self.valid_ds, n, self.rank)
+        return val_row(self.iteration, loss_sum, tokens, self.run_id)
 
     def _stop_requested(self) -> int | None:
         """The stop signal, agreed by all ranks at a step boundary (one tiny CPU all-reduce)."""
@@ -506,9 +334,7 @@ class Trainer:
     def _loop(self) -> RunResult:
         cfg = self.cfg
         val_every = cfg.validation.interval if cfg.validation is not None else None
-        window_loss, window_steps, window_skipped = torch.zeros((), device=self.device), 0, 0
-        grad_norm: Any = None
-        t_last = time.perf_counter()
+        window = LogWindow(self.device)
         final_loss = val_loss = None
         saved: Path | None = None
         stopped, signum, run_steps = "done", None, 0
@@ -530,30 +356,13 @@ class Trainer:
             if run_steps == 1 and self.device.type == "cuda":
                 torch.cuda.synchronize()  # the ETA starts after the first (compiling) step
             self.clock.step_done()
+            window.add(loss, norm)
             if loss is None:
-                window_skipped += 1
-                self.console(
-                    f"iteration {self.iteration}: non-finite loss or gradient; update skipped"
-                )
-                if self.max_skipped and self.skipped > self.max_skipped:
-                    raise TrainingError(
-                        f"{self.skipped} updates skipped for non-finite values by iteration "
-                        f"{self.iteration} (nonfinite.max_skipped is {self.max_skipped}); stopping"
-                    )
-            else:
-                window_loss += loss
-                window_steps += 1
-                grad_norm = norm
+                self._skipped_update()
             it = self.iteration
-            # iteration 1 is logged alone: the loss at initialisation a parity report compares
-            if (it % cfg.logging.interval == 0 or it in (1, self.iters)) and window_steps:
-                row = self._train_row(
-                    window_loss / window_steps, grad_norm, window_steps, window_skipped, t_last
-                )
-                self._log(row)
-                final_loss = row.loss
-                window_loss, window_steps, window_skipped = torch.zeros_like(window_loss), 0, 0
-                t_last = time.perf_counter()
+            if window.due(it, cfg.logging.interval, self.iters):
+                final_loss = self._log(self._train_row(window)).loss
+                window.reset()
             if self.rank == 0:  # the bar's ETA moves every step, its loss when one is logged
                 eta = self.clock.eta(self.iters - it)
                 self.bar.advance(
@@ -567,7 +376,7 @@ class Trainer:
             saved = (
                 self.ckpts.maybe_save(it, last, self._state, self._marker, self._params) or saved
             )
-            t_last += time.perf_counter() - paused
+            window.pause(time.perf_counter() - paused)
             self.clock.pause(time.perf_counter() - paused)
         self.bar.stop()  # (fit stops it after an error)
         if stopped == "signal":
@@ -576,6 +385,16 @@ class Trainer:
             val_loss = self._validate()
         self.ckpts.wait()  # also the one a stop wrote: complete before the process exits
         return self._result(stopped, signum, final_loss, val_loss, saved, run_steps)
+
+    def _skipped_update(self) -> None:
+        """A step whose update was skipped for a non-finite value: said, and counted against
+        ``nonfinite.max_skipped``."""
+        self.console(f"iteration {self.iteration}: non-finite loss or gradient; update skipped")
+        if self.max_skipped and self.skipped > self.max_skipped:
+            raise TrainingError(
+                f"{self.skipped} updates skipped for non-finite values by iteration "
+                f"{self.iteration} (nonfinite.max_skipped is {self.max_skipped}); stopping"
+            )
 
     def _save_on_stop(self, signum: int | None) -> Path | None:
         """A stop by signal: save the last completed step unless it is saved (or being saved)."""
@@ -619,48 +438,28 @@ class Trainer:
             ),
         )
 
-    def _train_row(
-        self, mean: torch.Tensor, grad_norm: Any, steps: int, skipped: int, t_last: float
-    ) -> TrainRow:
-        import torch.distributed as tdist
-
-        if self.world > 1:  # SUM then divide: gloo has no AVG
-            tdist.all_reduce(mean)
-            mean = mean / self.world
-        value = mean.item()  # the one host sync per interval
-        norm = float(grad_norm)
-        for what, x in (("loss", value), ("gradient norm", norm)):
-            if not math.isfinite(x):
-                raise TrainingError(
-                    f"the {what} is {x} at iteration {self.iteration} (the loss averaged over "
-                    "the last logging interval); stopping (--set nonfinite.action=skip drops "
-                    "such updates instead)"
-                )
-        tps = (steps + skipped) * self.cfg.batch.global_ * self.cfg.data.seq_length
-        tps /= (time.perf_counter() - t_last) * self.world
-        cuda = self.device.type == "cuda"
-        tflops = tps * self.flops_tok / 1e12
-        return TrainRow(
+    def _train_row(self, window: LogWindow) -> TrainRow:
+        c = self.cfg
+        return train_row(
+            window,
             iteration=self.iteration,
-            loss=value,
+            world=self.world,
+            tokens_per_step=c.batch.global_ * c.data.seq_length,
+            flops_per_token=self.flops_tok,
+            peak_flops=self.peak,
             lr=self.engine.optimizer.param_groups[0]["lr"],
-            grad_norm=norm,
-            tokens_per_s=tps,
-            tflops_per_gpu=tflops if cuda else None,
-            mfu=tflops * 1e12 / self.peak if self.peak else None,
-            memory_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            consumed_samples=self.consumed,
-            skipped=skipped,
-            wall_time=time.time(),
+            cuda=self.device.type == "cuda",
+            consumed=self.consumed,
             run_id=self.run_id,
         )
 
-    def _log(self, row: TrainRow) -> None:
+    def _log(self, row: TrainRow) -> TrainRow:
         if self.rank == 0:
             with self._writing("the metrics", self.run.metrics_path):
                 self.metrics.write(row)
         line, self._bar_info = row_line(row, self._snapshot(row))
         self.console(line)
+        return row
 
     def _snapshot(self, row: TrainRow) -> Snapshot:
         """The progress fields of a logged row; the step time is the interval's (as its
