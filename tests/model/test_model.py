@@ -16,9 +16,9 @@ from zebractl.config import catalog  # noqa: E402
 from zebractl.config.resolve import resolve_preset  # noqa: E402
 from zebractl.layout import model_shapes, numel  # noqa: E402
 from zebractl.model import megatron_config  # noqa: E402
-from zebractl.model.layers import GatedNorm, Norm  # noqa: E402
 from zebractl.model.mixers import Mamba2Mixer  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
+from zebractl.model.norms import GatedNorm, Norm  # noqa: E402
 from zebractl.model.ops import KernelOptions  # noqa: E402
 from zebractl.schemas.recipe import KernelsConfig  # noqa: E402
 

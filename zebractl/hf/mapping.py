@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from zebractl.layout import conv_channels, gdn_in_proj_rows, kda_in_proj_rows
+from zebractl.layout.common import conv_channels
+from zebractl.layout.gdn import gdn_in_proj_rows
+from zebractl.layout.kda import kda_in_proj_rows
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor

@@ -26,7 +26,8 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from zebractl.hf.configuration import ZebraConfig
-from zebractl.layout import gdn_in_proj_rows, kda_in_proj_rows
+from zebractl.layout.gdn import gdn_in_proj_rows
+from zebractl.layout.kda import kda_in_proj_rows
 from zebractl.model import ops
 from zebractl.model.ops import KernelOptions
 
@@ -333,7 +334,8 @@ class ZebraMLA(nn.Module):
 
 def _mamba2_class() -> type:
     """Our training Mamba2 mixer (its tensor names are FLA's Mamba2 layer's) with a cache path."""
-    from zebractl.model.mixers import Mamba2Mixer, _leading
+    from zebractl.model.mixers import Mamba2Mixer
+    from zebractl.model.mixers.common import merge_leading
 
     class ZebraMamba2(Mamba2Mixer):
         def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
@@ -342,7 +344,7 @@ def _mamba2_class() -> type:
             b, t, _ = x.shape
             mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
             z, xbc, dt = self.in_proj(x).split(
-                [self.split[0], *_leading(self.split[1:], 3)], dim=-1
+                [self.split[0], *merge_leading(self.split[1:], 3)], dim=-1
             )
             xbc = _conv(xbc, self.conv1d, self.opts, cache, "xbc")
             xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)

@@ -22,8 +22,8 @@ import math
 import torch
 from torch import nn
 
-from zebractl.model.layers import GatedNorm, Norm
 from zebractl.model.mixers import GDNMixer, KDAMixer, Mamba2Mixer
+from zebractl.model.norms import GatedNorm, Norm
 from zebractl.schemas.preset import ModelConfig
 
 OUTPUT_PROJECTIONS = (

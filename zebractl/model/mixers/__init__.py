@@ -1,0 +1,22 @@
+"""The recurrent mixers, one module each: Kimi Delta Attention (:mod:`.kda`), Gated DeltaNet
+(:mod:`.gdn`) and Mamba2 (:mod:`.mamba2`), in the fused Primus layout; :mod:`.common` holds what
+they share.
+
+Tensor names and shapes are those of :mod:`zebractl.layout`. Mixers are tensor-parallel size 1 (KDA's
+f_a/g_a bottleneck cannot be split; the schema and the builder refuse tp > 1 for recurrent mixers), so
+their projections are plain ``nn.Linear``. Inputs and outputs are batch-first ``[B, T, H]``.
+
+``forward(x, cu_seqlens)``: with ``cu_seqlens`` (``x`` one flattened sequence ``[1, N, H]``) each
+document is mixed on its own, its convolution and state starting from zero
+(:mod:`zebractl.model.segments`).
+"""
+
+from __future__ import annotations
+
+from zebractl.model.mixers.gdn import GDNMixer
+from zebractl.model.mixers.kda import KDAMixer
+from zebractl.model.mixers.mamba2 import Mamba2Mixer
+
+MIXERS = {"kda": KDAMixer, "gdn": GDNMixer, "mamba2": Mamba2Mixer}
+
+__all__ = ["MIXERS", "GDNMixer", "KDAMixer", "Mamba2Mixer"]
