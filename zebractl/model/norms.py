@@ -2,7 +2,9 @@
 :mod:`zebractl.hf` share.
 
 ``Norm``: a block's pre-norm, the final norm and MLA's LoRA norms (RMSNorm or LayerNorm);
-``GatedNorm``: KDA's and GDN's gated output norm, one weight shared by the heads.
+``GatedNorm``: KDA's and GDN's gated output norm, one weight shared by the heads; ``GroupGatedNorm``:
+Mamba2's, gated then normalised per group. Weights start at 1 and biases at 0, as
+:mod:`zebractl.model.init` sets them (a Hugging Face model built without weights gets them too).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ class Norm(nn.Module):
     ) -> None:
         super().__init__()
         self.eps, self.kind, self.opts = eps, kind, opts or KernelOptions(backend="torch")
-        self.weight = nn.Parameter(torch.empty(hidden_size))
+        self.weight = nn.Parameter(torch.ones(hidden_size))
         if kind == "layernorm":
-            self.bias = nn.Parameter(torch.empty(hidden_size))
+            self.bias = nn.Parameter(torch.zeros(hidden_size))
         else:
             self.register_parameter("bias", None)
 
@@ -76,7 +78,7 @@ class GatedNorm(nn.Module):
     def __init__(self, dim: int, eps: float, activation: str, opts: KernelOptions) -> None:
         super().__init__()
         self.eps, self.activation, self.opts = eps, activation, opts
-        self.weight = nn.Parameter(torch.empty(dim))
+        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor, gate: Tensor | None) -> Tensor:
         if gate is None:
@@ -85,3 +87,24 @@ class GatedNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, activation={self.activation}"
+
+
+class GroupGatedNorm(nn.Module):
+    """``GroupRMSNorm(x * silu(gate)) * weight``: Mamba2's ``RMSNormGated(norm_before_gate=False)``,
+    the RMS taken over each of ``groups`` equal slices of the last dim."""
+
+    def __init__(self, dim: int, eps: float, groups: int) -> None:
+        super().__init__()
+        self.eps, self.groups = eps, groups
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor, gate: Tensor) -> Tensor:
+        y = x * F.silu(gate)
+        return ops.torch_ops.group_rms_norm(y, self.weight, self.eps, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}, groups={self.groups}"
+
+
+NORMS = (Norm, GatedNorm, GroupGatedNorm)
+"""Every norm module: :mod:`zebractl.model.init` sets their weights to 1 and biases to 0."""

@@ -13,10 +13,13 @@ document is mixed on its own, its convolution and state starting from zero
 
 from __future__ import annotations
 
-from zebractl.model.mixers.gdn import GDNMixer
-from zebractl.model.mixers.kda import KDAMixer
+from zebractl.model.mixers.gdn import GDNMixer, GDNUnfused
+from zebractl.model.mixers.kda import KDAMixer, KDAUnfused
 from zebractl.model.mixers.mamba2 import Mamba2Mixer
 
 MIXERS = {"kda": KDAMixer, "gdn": GDNMixer, "mamba2": Mamba2Mixer}
+"""Mixer kind -> the training model's module (the fused Primus layout)."""
+HF_MIXERS = {"kda": KDAUnfused, "gdn": GDNUnfused, "mamba2": Mamba2Mixer}
+"""Mixer kind -> the Hugging Face model's module (FLA's tensor names), ``forward(x, cache=...)``."""
 
-__all__ = ["MIXERS", "GDNMixer", "KDAMixer", "Mamba2Mixer"]
+__all__ = ["HF_MIXERS", "MIXERS", "GDNMixer", "GDNUnfused", "KDAMixer", "KDAUnfused", "Mamba2Mixer"]
