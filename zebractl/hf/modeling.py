@@ -1,6 +1,7 @@
 """``ZebraForCausalLM``: any Zebra model (KDA / GDN / Mamba2 mixers, MLA, SwiGLU) as a Hugging Face
 model, computed by :mod:`zebractl.model.ops` (FLA's kernels on CUDA, the pure-PyTorch references
-elsewhere) exactly as the training model computes it.
+elsewhere) exactly as the training model computes it: the mixers and norms are the training model's
+modules (:data:`zebractl.model.mixers.HF_MIXERS`, :mod:`zebractl.model.norms`; no megatron).
 
 Block ``i`` is ``model.layers.{i}``: ``attn_norm``, ``attn`` (the mixer or the MLA), ``mlp_norm``,
 ``mlp``. KDA and GDN use FLA's tensor names (separate q/k/v projections and convolutions), Mamba2

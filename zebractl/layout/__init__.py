@@ -6,7 +6,8 @@ Names follow Megatron's hybrid stack (sublayer ``i`` of ``decoder.layers``); fus
 Primus row order so Primus checkpoints import unchanged.
 
 Per-sublayer tensors (H hidden): each recurrent mixer's are written down in its own module
-(:mod:`.kda`, :mod:`.gdn`, :mod:`.mamba2`; shared helpers in :mod:`.common`), MLA's and the MLP's here.
+(:mod:`.kda`, :mod:`.gdn`, :mod:`.mamba2`; shared helpers in :mod:`.common`), which declares them
+with its FLOPs and conversion entries as its ``SPEC`` (:data:`MIXER_SPECS`); MLA's and the MLP's here.
 
 MLA: ``input_layernorm``, ``self_attention.linear_q_down_proj`` [q_lora, H], ``q_layernorm``,
 ``linear_q_up_proj`` [nh*(qk+rope), q_lora] (or ``linear_q_proj`` [nh*(qk+rope), H] without a q
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 from math import prod
 
-from zebractl.layout.common import Shapes, linear, norm
-from zebractl.layout.gdn import gdn_shapes
-from zebractl.layout.kda import kda_shapes
-from zebractl.layout.mamba2 import mamba2_shapes
+from zebractl.layout import gdn, kda, mamba2
+from zebractl.layout.common import MixerSpec, Shapes, linear, norm
 from zebractl.schemas.preset import ModelConfig
+
+MIXER_SPECS: dict[str, MixerSpec] = {"kda": kda.SPEC, "gdn": gdn.SPEC, "mamba2": mamba2.SPEC}
+"""Recurrent mixer kind -> its torch-free facts (tensors, FLOPs, conversion entries)."""
 
 
 def mla_shapes(m: ModelConfig) -> Shapes:
@@ -63,9 +65,7 @@ def mlp_shapes(m: ModelConfig) -> Shapes:
 
 
 SUBLAYER_SHAPES = {
-    "kda": kda_shapes,
-    "gdn": gdn_shapes,
-    "mamba2": mamba2_shapes,
+    **{kind: spec.shapes for kind, spec in MIXER_SPECS.items()},
     "mla": mla_shapes,
     "mlp": mlp_shapes,
 }

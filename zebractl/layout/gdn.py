@@ -1,4 +1,4 @@
-"""GDN's tensors (H hidden, Hk/dk key heads/dim, Hv/dv value heads/dim, Kd = Hk*dk, Vd = Hv*dv).
+"""GDN's torch-free facts: its tensors, FLOPs and conversion entries (H hidden, Hk/dk key heads/dim, Hv/dv value heads/dim, Kd = Hk*dk, Vd = Hv*dv).
 
 GDN: ``mixer.in_proj`` rows q|k|v|z|beta|alpha = [2Kd+2Vd+2Hv, H] (z only with use_gate), conv1d over
 q|k|v, ``A_log`` and ``dt_bias`` [Hv], ``out_norm`` [dv], ``out_proj`` [H, Vd].
@@ -6,7 +6,14 @@ q|k|v, ``A_log`` and ``dt_bias`` [Hv], ``out_norm`` [dv], ``out_proj`` [H, Vd].
 
 from __future__ import annotations
 
-from zebractl.layout.common import Shapes, linear, norm
+from zebractl.layout.common import (
+    MixerSpec,
+    Shapes,
+    delta_rule_entries,
+    delta_rule_flops,
+    linear,
+    norm,
+)
 from zebractl.schemas.preset import ModelConfig
 
 
@@ -32,3 +39,13 @@ def gdn_shapes(m: ModelConfig) -> Shapes:
     s["mixer.out_norm.weight"] = (d.head_v_dim,)  # gated RMSNorm by design
     s |= linear(m, "mixer.out_proj", h, d.value_dim)
     return s
+
+
+SPEC = MixerSpec(
+    shapes=gdn_shapes,
+    recurrent_flops=lambda m: delta_rule_flops(m, "gdn"),
+    entries=delta_rule_entries(
+        "gdn", ("q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"), gdn_in_proj_rows
+    ),
+    fla_family=True,
+)

@@ -1,4 +1,4 @@
-"""KDA's tensors (H hidden, Hk/dk key heads/dim, Hv/dv value heads/dim, Kd = Hk*dk, Vd = Hv*dv).
+"""KDA's torch-free facts: its tensors, FLOPs and conversion entries (H hidden, Hk/dk key heads/dim, Hv/dv value heads/dim, Kd = Hk*dk, Vd = Hv*dv).
 
 KDA (kda_300M: H 1024, Hk = Hv = 8, dk 32, dv 64)::
 
@@ -15,7 +15,17 @@ KDA (kda_300M: H 1024, Hk = Hv = 8, dk 32, dv 64)::
 
 from __future__ import annotations
 
-from zebractl.layout.common import Shapes, linear, norm
+from zebractl.layout.common import (
+    OURS,
+    THEIRS,
+    MixerSpec,
+    Rename,
+    Shapes,
+    delta_rule_entries,
+    delta_rule_flops,
+    linear,
+    norm,
+)
 from zebractl.schemas.preset import ModelConfig
 
 
@@ -41,3 +51,20 @@ def kda_shapes(m: ModelConfig) -> Shapes:
     s["mixer.out_norm.weight"] = (d.head_v_dim,)  # gated RMSNorm by design
     s |= linear(m, "mixer.out_proj", h, d.value_dim)
     return s
+
+
+SPEC = MixerSpec(
+    shapes=kda_shapes,
+    recurrent_flops=lambda m: delta_rule_flops(m, "kda"),
+    entries=delta_rule_entries(
+        "kda",
+        ("q_proj", "k_proj", "v_proj", "f_proj.0", "g_proj.0", "b_proj"),
+        kda_in_proj_rows,
+        own=(
+            Rename(OURS + "f_b_proj.weight", THEIRS + "f_proj.1.weight"),
+            Rename(OURS + "g_b_proj.weight", THEIRS + "g_proj.1.weight"),
+            Rename(OURS + "g_b_proj.bias", THEIRS + "g_proj.1.bias"),
+        ),
+    ),
+    fla_family=True,
+)
