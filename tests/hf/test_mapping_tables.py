@@ -10,6 +10,7 @@ pytest.importorskip("torch")
 from zebractl.config.catalog import shipped  # noqa: E402
 from zebractl.config.resolve import resolve_preset  # noqa: E402
 from zebractl.hf import mapping  # noqa: E402
+from zebractl.layout.common import OURS, THEIRS, Rename  # noqa: E402
 
 
 def _presets():
@@ -31,8 +32,7 @@ def test_every_shipped_preset_maps_each_tensor_once(preset):
 
 def test_a_doubly_mapped_name_is_refused(monkeypatch):
     m = resolve_preset("tiny_kda").config
-    broken = (*mapping.KDA_BLOCK, mapping.Rename(mapping._M + "A_log", mapping._A + "dt_bias"))
-    monkeypatch.setitem(mapping.FAMILIES, "kda", broken)
-    monkeypatch.setattr(mapping, "KDA_BLOCK", broken)
+    broken = (*mapping.BLOCKS["kda"], Rename(OURS + "A_log", THEIRS + "dt_bias"))
+    monkeypatch.setitem(mapping.BLOCKS, "kda", broken)
     with pytest.raises(mapping.MappingError, match=r"doubly mapped.*A_log.*dt_bias"):
         mapping.check_table(m, "fla")

@@ -6,6 +6,9 @@ on both sides), tolerance 1e-5 relative on the logits as `zebractl verify`'s CPU
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -116,3 +119,18 @@ def test_the_cache_continues_exactly(recipe):
     assert lengths == [9] + [1] * 11, lengths
     again = hf.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=False, pad_token_id=0)
     assert torch.equal(cached, again)
+
+
+def test_the_hf_model_needs_no_megatron():
+    """ZebraForCausalLM builds on the training model's mixers and norms, which are plain PyTorch:
+    building and running one with each recurrent mixer imports no megatron-core."""
+    code = (
+        "import sys, torch, zebractl.hf as zh\n"
+        "from zebractl.config.resolve import resolve_recipe\n"
+        "for r in ('tiny_kda', 'tiny_gdn', 'tiny_mamba'):\n"
+        "    m = resolve_recipe(r, []).run.model\n"
+        "    hf = zh.ZebraForCausalLM(zh.ZebraConfig(zebractl_model=m.model_dump(mode='json')))\n"
+        "    hf(input_ids=torch.zeros(1, 4, dtype=torch.long))\n"
+        "assert not [n for n in sys.modules if n.startswith('megatron')]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

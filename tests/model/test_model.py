@@ -16,9 +16,9 @@ from zebractl.config import catalog  # noqa: E402
 from zebractl.config.resolve import resolve_preset  # noqa: E402
 from zebractl.layout import model_shapes, numel  # noqa: E402
 from zebractl.model import megatron_config  # noqa: E402
-from zebractl.model.layers import GatedNorm, Norm  # noqa: E402
 from zebractl.model.mixers import Mamba2Mixer  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
+from zebractl.model.norms import NORMS  # noqa: E402
 from zebractl.model.ops import KernelOptions  # noqa: E402
 from zebractl.schemas.recipe import KernelsConfig  # noqa: E402
 
@@ -175,7 +175,7 @@ def test_megatron_config_values_come_from_our_config():
         assert getattr(cfg, key) != defaults[key], key
 
     model = build_model(m)
-    norms = [mod for mod in model.modules() if isinstance(mod, Norm | GatedNorm)]
+    norms = [mod for mod in model.modules() if isinstance(mod, NORMS)]
     assert norms and all(n.eps == 3e-3 for n in norms)
     assert model.config.hidden_dropout == 0.07
     attn = model.decoder.layers[0].self_attention
@@ -235,7 +235,7 @@ def _mamba2_step_by_step(mixer: Mamba2Mixer, x):
         ys.append(y.reshape(b, -1))
     y = torch.stack(ys, 1) * F.silu(z)
     yg = y.view(b, t, g, -1)
-    y = (yg * torch.rsqrt(yg.square().mean(-1, keepdim=True) + mixer.eps)).view(b, t, -1)
+    y = (yg * torch.rsqrt(yg.square().mean(-1, keepdim=True) + mixer.norm.eps)).view(b, t, -1)
     return mixer.out_proj(y * mixer.norm.weight)
 
 

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from zebractl.errors import ConfigError
-from zebractl.hf.mapping import MAMBA2_MIXER_TENSORS, MappingError
+from zebractl.hf.mapping import MappingError
+from zebractl.layout.mamba2 import MAMBA2_MIXER_TENSORS
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor

@@ -1,6 +1,8 @@
 """Declarative weight mapping between zebractl's (Megatron/Primus) layout and FLA's HF classes.
 
-One table per architecture family; one strict engine for both directions. Names use ``{mixer}`` for
+Each recurrent mixer's entries are declared with its layout (``MixerSpec.entries`` in
+:mod:`zebractl.layout.kda`, ``.gdn``, ``.mamba2``; the entry types in :mod:`zebractl.layout.common`),
+MLA's, the MLP's and the global ones here; one strict engine for both directions. Names use ``{mixer}`` for
 our mixer sublayer index (2i), ``{mlp}`` for our MLP sublayer (2i + 1) and ``{i}`` for FLA's block i.
 Each source tensor is consumed exactly once and each target produced exactly once; anything else is an
 error listing the offenders. Embedding rows beyond the tokenizer vocabulary (padding) are dropped on
@@ -16,44 +18,15 @@ megatron and DeepSeek-V3 order the rope dims alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from zebractl.layout import conv_channels, gdn_in_proj_rows, kda_in_proj_rows
+from zebractl.layout import MIXER_SPECS
+from zebractl.layout.common import THEIRS, Entry, Rename, Split, Vocab
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor
-
-
-@dataclass(frozen=True)
-class Rename:
-    """Same tensor, another name."""
-
-    ours: str
-    theirs: str
-
-
-@dataclass(frozen=True)
-class Split:
-    """Our fused tensor = FLA's tensors concatenated along dim 0, in order (empty parts skipped)."""
-
-    ours: str
-    theirs: tuple[str, ...]
-    sizes: Callable[[ModelConfig], list[int]]
-
-
-@dataclass(frozen=True)
-class Vocab:
-    """An embedding-shaped tensor: FLA keeps vocab_size rows, we keep the padded count."""
-
-    ours: str
-    theirs: str
-
-
-Entry = Rename | Split | Vocab
 
 _MLP: tuple[Entry, ...] = (
     Rename("decoder.layers.{mlp}.pre_mlp_layernorm.weight", "model.layers.{i}.mlp_norm.weight"),
@@ -64,82 +37,29 @@ _MLP: tuple[Entry, ...] = (
     ),
     Rename("decoder.layers.{mlp}.mlp.linear_fc2.weight", "model.layers.{i}.mlp.down_proj.weight"),
 )
-_CONV = "decoder.layers.{mixer}.mixer.conv1d.weight"
-_A = "model.layers.{i}.attn."
-
-_M = "decoder.layers.{mixer}.mixer."
-
-
-def _delta_rule_block(
-    kind: str,
-    in_proj_parts: tuple[str, ...],
-    rows: Callable[[ModelConfig], list[int]],
-    own: tuple[Entry, ...] = (),
-) -> tuple[Entry, ...]:
-    """Entries of one KDA/GDN block: fused in_proj and conv split into FLA's separate tensors."""
-    return (
-        Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-        Split(_M + "in_proj.weight", tuple(_A + f"{n}.weight" for n in in_proj_parts), rows),
-        Split(
-            _CONV, tuple(_A + f"{x}_conv1d.weight" for x in "qkv"), lambda m: conv_channels(m, kind)
-        ),
-        *own,
-        Rename(_M + "A_log", _A + "A_log"),
-        Rename(_M + "dt_bias", _A + "dt_bias"),
-        Rename(_M + "out_norm.weight", _A + "o_norm.weight"),
-        Rename(_M + "out_proj.weight", _A + "o_proj.weight"),
-        *_MLP,
-    )
-
-
-KDA_BLOCK = _delta_rule_block(
-    "kda",
-    ("q_proj", "k_proj", "v_proj", "f_proj.0", "g_proj.0", "b_proj"),
-    kda_in_proj_rows,
-    own=(
-        Rename(_M + "f_b_proj.weight", _A + "f_proj.1.weight"),
-        Rename(_M + "g_b_proj.weight", _A + "g_proj.1.weight"),
-        Rename(_M + "g_b_proj.bias", _A + "g_proj.1.bias"),
-    ),
-)
-GDN_BLOCK = _delta_rule_block(
-    "gdn", ("q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"), gdn_in_proj_rows
-)
+BLOCKS: dict[str, tuple[Entry, ...]] = {
+    kind: (*spec.entries, *_MLP) for kind, spec in MIXER_SPECS.items()
+}
+"""Recurrent mixer kind -> its block's entries: the mixer sublayer's (its ``MixerSpec``), the MLP's."""
 
 _S = "decoder.layers.{mixer}.self_attention."
-MAMBA2_MIXER_TENSORS = (
-    "in_proj.weight",
-    "conv1d.weight",
-    "conv1d.bias",
-    "A_log",
-    "D",
-    "dt_bias",
-    "norm.weight",
-    "out_proj.weight",
-)
-"""A Mamba2 mixer's tensors: the same names here, in FLA's Mamba2 layer and in Primus."""
-MAMBA2_BLOCK: tuple[Entry, ...] = (
-    Rename("decoder.layers.{mixer}.norm.weight", "model.layers.{i}.attn_norm.weight"),
-    *(Rename(_M + n, _A + n) for n in MAMBA2_MIXER_TENSORS),
-    *_MLP,
-)
 _MLA_COMMON: tuple[Entry, ...] = (
     Rename("decoder.layers.{mixer}.input_layernorm.weight", "model.layers.{i}.attn_norm.weight"),
-    Rename(_S + "linear_kv_down_proj.weight", _A + "kv_a_proj_with_mqa.weight"),
-    Rename(_S + "kv_layernorm.weight", _A + "kv_a_layernorm.weight"),
-    Rename(_S + "linear_kv_up_proj.weight", _A + "kv_b_proj.weight"),
-    Rename(_S + "linear_proj.weight", _A + "o_proj.weight"),
+    Rename(_S + "linear_kv_down_proj.weight", THEIRS + "kv_a_proj_with_mqa.weight"),
+    Rename(_S + "kv_layernorm.weight", THEIRS + "kv_a_layernorm.weight"),
+    Rename(_S + "linear_kv_up_proj.weight", THEIRS + "kv_b_proj.weight"),
+    Rename(_S + "linear_proj.weight", THEIRS + "o_proj.weight"),
     *_MLP,
 )
 MLA_BLOCK_LORA: tuple[Entry, ...] = (
-    Rename(_S + "linear_q_down_proj.weight", _A + "q_a_proj.weight"),
-    Rename(_S + "q_layernorm.weight", _A + "q_a_layernorm.weight"),
-    Rename(_S + "linear_q_up_proj.weight", _A + "q_b_proj.weight"),
+    Rename(_S + "linear_q_down_proj.weight", THEIRS + "q_a_proj.weight"),
+    Rename(_S + "q_layernorm.weight", THEIRS + "q_a_layernorm.weight"),
+    Rename(_S + "linear_q_up_proj.weight", THEIRS + "q_b_proj.weight"),
     *_MLA_COMMON,
 )
 """MLA with a low-rank query (``q_lora_rank`` set)."""
 MLA_BLOCK_FULL: tuple[Entry, ...] = (
-    Rename(_S + "linear_q_proj.weight", _A + "q_proj.weight"),
+    Rename(_S + "linear_q_proj.weight", THEIRS + "q_proj.weight"),
     *_MLA_COMMON,
 )
 """MLA with a full-rank query projection (``q_lora_rank: null``)."""
@@ -147,10 +67,11 @@ MLA_BLOCK_FULL: tuple[Entry, ...] = (
 GLOBAL: tuple[Entry, ...] = (
     Vocab("embedding.word_embeddings.weight", "model.embeddings.weight"),
     Rename("decoder.final_norm.weight", "model.norm.weight"),
+    Vocab("output_layer.weight", "lm_head.weight", when=lambda m: not m.tie_embeddings),
 )
-UNTIED: tuple[Entry, ...] = (Vocab("output_layer.weight", "lm_head.weight"),)
 
-FAMILIES = {"kda": KDA_BLOCK, "gdn": GDN_BLOCK}
+FAMILIES = tuple(kind for kind, spec in MIXER_SPECS.items() if spec.fla_family)
+"""The mixers FLA has a model class for (a model of one of them alone)."""
 
 
 class MappingError(ValueError):
@@ -175,17 +96,12 @@ def _block_table(m: ModelConfig, kind: str) -> tuple[Entry, ...]:
     if kind == "mla":
         assert m.mla is not None
         return MLA_BLOCK_LORA if m.mla.q_lora_rank is not None else MLA_BLOCK_FULL
-    return {"kda": KDA_BLOCK, "gdn": GDN_BLOCK, "mamba2": MAMBA2_BLOCK}[kind]
+    return BLOCKS[kind]
 
 
-def _applies(m: ModelConfig, kind: str, e: Entry) -> bool:
-    """Entries that exist only with an option: the delta-rule short convolution, Mamba2's conv
-    bias."""
-    if kind in ("kda", "gdn") and e.ours == _CONV:
-        return getattr(m, kind).use_short_conv
-    if kind == "mamba2" and e.ours == _M + "conv1d.bias":
-        return m.mamba2 is not None and m.mamba2.conv_bias
-    return True
+def _applies(m: ModelConfig, e: Entry) -> bool:
+    """Whether the model has the entry's tensor (some exist only with an option)."""
+    return e.when is None or e.when(m)
 
 
 def _entries(m: ModelConfig, fmt: str = "fla") -> list[tuple[Entry, dict[str, int]]]:
@@ -195,12 +111,10 @@ def _entries(m: ModelConfig, fmt: str = "fla") -> list[tuple[Entry, dict[str, in
         kinds = [m.sublayers[2 * i] for i in range(m.num_blocks)]
     else:
         raise MappingError(f"unknown conversion format {fmt!r} (expected one of {FORMATS})")
-    out: list[tuple[Entry, dict[str, int]]] = [(e, {}) for e in GLOBAL]
-    if not m.tie_embeddings:
-        out += [(e, {}) for e in UNTIED]
+    out: list[tuple[Entry, dict[str, int]]] = [(e, {}) for e in GLOBAL if _applies(m, e)]
     for i, kind in enumerate(kinds):
         ix = {"i": i, "mixer": 2 * i, "mlp": 2 * i + 1}
-        out += [(e, ix) for e in _block_table(m, kind) if _applies(m, kind, e)]
+        out += [(e, ix) for e in _block_table(m, kind) if _applies(m, e)]
     return out
 
 

@@ -1,6 +1,7 @@
 """``ZebraForCausalLM``: any Zebra model (KDA / GDN / Mamba2 mixers, MLA, SwiGLU) as a Hugging Face
 model, computed by :mod:`zebractl.model.ops` (FLA's kernels on CUDA, the pure-PyTorch references
-elsewhere) exactly as the training model computes it.
+elsewhere) exactly as the training model computes it: the mixers and norms are the training model's
+modules (:data:`zebractl.model.mixers.HF_MIXERS`, :mod:`zebractl.model.norms`; no megatron).
 
 Block ``i`` is ``model.layers.{i}``: ``attn_norm``, ``attn`` (the mixer or the MLA), ``mlp_norm``,
 ``mlp``. KDA and GDN use FLA's tensor names (separate q/k/v projections and convolutions), Mamba2
@@ -26,8 +27,9 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from zebractl.hf.configuration import ZebraConfig
-from zebractl.layout import gdn_in_proj_rows, kda_in_proj_rows
 from zebractl.model import ops
+from zebractl.model.mixers import HF_MIXERS
+from zebractl.model.norms import Norm
 from zebractl.model.ops import KernelOptions
 
 Tensor = torch.Tensor
@@ -49,30 +51,6 @@ class DeviceOptions:
 
     def fla(self, toggle: bool) -> bool:
         return self.backend == "fla" and toggle
-
-
-class ZebraRMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, opts: KernelOptions) -> None:
-        super().__init__()
-        self.eps, self.opts = eps, opts
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.rms_norm(self.opts, x, self.weight, self.eps)
-
-
-class ZebraGatedNorm(nn.Module):
-    """``RMSNorm(o) * w * act(gate)`` per head (FLA's ``o_norm``)."""
-
-    def __init__(self, dim: int, eps: float, activation: str, opts: KernelOptions) -> None:
-        super().__init__()
-        self.eps, self.activation, self.opts = eps, activation, opts
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor, gate: Tensor | None) -> Tensor:
-        if gate is None:
-            return ops.torch_ops.rms_norm(x, self.weight, self.eps)
-        return ops.gated_rms_norm(self.opts, x, gate, self.weight, self.eps, self.activation)
 
 
 class ZebraMLP(nn.Module):
@@ -102,157 +80,6 @@ class ZebraCache:
         return len(self.layers)
 
 
-def _conv(
-    x: Tensor,
-    conv: nn.Conv1d | None,
-    opts: KernelOptions,
-    cache: dict[str, Any] | None = None,
-    name: str = "",
-) -> Tensor:
-    """Causal short conv + SiLU; with ``cache`` the previous ``W - 1`` inputs are prepended (and
-    the new ones kept), so a continuation computes exactly what the whole sequence would."""
-    if conv is None:
-        return F.silu(x)
-    if cache is None:
-        return ops.short_conv(opts, x, conv.weight, conv.bias)
-    keep = conv.weight.shape[-1] - 1
-    tail = cache.get(name)
-    if tail is None:
-        tail = x.new_zeros(x.shape[0], keep, x.shape[2])
-    xx = torch.cat((tail, x), dim=1)
-    cache[name] = xx[:, xx.shape[1] - keep :].detach()
-    return ops.short_conv(opts, xx, conv.weight, conv.bias)[:, keep:]
-
-
-def _state_io(cache: dict[str, Any] | None) -> dict[str, Any]:
-    """The recurrent ops' state arguments for a block's cache (none without one)."""
-    if cache is None:
-        return {}
-    return {"initial_state": cache.get("state"), "output_final_state": True}
-
-
-def _keep_state(result: Any, cache: dict[str, Any] | None) -> Tensor:
-    if cache is None:
-        return result
-    out, cache["state"] = result
-    return out
-
-
-def _short_conv(channels: int, size: int) -> nn.Conv1d:
-    return nn.Conv1d(channels, channels, size, groups=channels, bias=False)
-
-
-class _DeltaRule(nn.Module):
-    """What KDA and GDN share with FLA's names: q/k/v projections and short convolutions, the decay
-    parameters, the gated output norm and projection (``kind``: ``kda`` or ``gdn``)."""
-
-    def __init__(self, m: Any, kind: str, dt_size: int, activation: str, opts: Any) -> None:
-        super().__init__()
-        block = getattr(m, kind)
-        self.cfg, self.opts = block, opts
-        d = self.d = m.linear_attention_dims(kind)
-        h, bias = m.hidden_size, m.linear_bias
-        self.q_proj = nn.Linear(h, d.key_dim, bias=bias)
-        self.k_proj = nn.Linear(h, d.key_dim, bias=bias)
-        self.v_proj = nn.Linear(h, d.value_dim, bias=bias)
-        conv = block.use_short_conv
-        self.q_conv1d = _short_conv(d.key_dim, block.conv_size) if conv else None
-        self.k_conv1d = _short_conv(d.key_dim, block.conv_size) if conv else None
-        self.v_conv1d = _short_conv(d.value_dim, block.conv_size) if conv else None
-        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
-        self.dt_bias = nn.Parameter(torch.zeros(dt_size, dtype=torch.float32))
-        self.o_norm = ZebraGatedNorm(d.head_v_dim, m.norm.eps, activation, opts)
-        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
-
-    def qkv(self, x: Tensor, cache: dict[str, Any] | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Projected, convolved (+ SiLU) and split into heads."""
-        b, t, _ = x.shape
-        d, o = self.d, self.opts
-        q = _conv(self.q_proj(x), self.q_conv1d, o, cache, "q")
-        k = _conv(self.k_proj(x), self.k_conv1d, o, cache, "k")
-        v = _conv(self.v_proj(x), self.v_conv1d, o, cache, "v")
-        return (
-            q.view(b, t, d.num_heads, d.head_k_dim),
-            k.view(b, t, d.num_heads, d.head_k_dim),
-            v.view(b, t, d.num_v_heads, d.head_v_dim),
-        )
-
-    def output(self, out: Tensor, gate: Tensor | None) -> Tensor:
-        b, t = out.shape[:2]
-        return self.o_proj(self.o_norm(out, gate).reshape(b, t, self.d.value_dim))
-
-
-class ZebraKDA(_DeltaRule):
-    """Kimi Delta Attention with FLA's names (``KDAForCausalLM``'s ``attn``)."""
-
-    def __init__(self, m: Any, opts: Any) -> None:
-        d = m.linear_attention_dims("kda")
-        super().__init__(m, "kda", d.num_v_heads * d.head_k_dim, "sigmoid", opts)
-        h, bias = m.hidden_size, m.linear_bias
-        *_, fa, ga, beta = kda_in_proj_rows(m)
-        self.f_proj = nn.Sequential(
-            nn.Linear(h, fa, bias=bias), nn.Linear(fa, d.num_v_heads * d.head_k_dim, bias=False)
-        )
-        self.g_proj = nn.Sequential(nn.Linear(h, ga, bias=bias), nn.Linear(ga, d.value_dim))
-        self.b_proj = nn.Linear(h, beta, bias=bias)
-
-    def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
-        b, t, _ = x.shape
-        d = self.d
-        q, k, v = self.qkv(x, cache)
-        out = ops.kda(
-            self.opts,
-            q,
-            k,
-            v,
-            self.f_proj(x).view(b, t, d.num_v_heads, d.head_k_dim),
-            self.b_proj(x),
-            self.A_log,
-            self.dt_bias,
-            allow_neg_eigval=self.cfg.allow_neg_eigval,
-            safe_gate=self.cfg.safe_gate,
-            lower_bound=self.cfg.lower_bound,
-            **_state_io(cache),
-        )
-        out = _keep_state(out, cache)
-        return self.output(out, self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim))
-
-
-class ZebraGDN(_DeltaRule):
-    """Gated DeltaNet with FLA's names (``GatedDeltaNetForCausalLM``'s ``attn``)."""
-
-    def __init__(self, m: Any, opts: Any) -> None:
-        d = m.linear_attention_dims("gdn")
-        super().__init__(m, "gdn", d.num_v_heads, m.gdn.gate_activation, opts)
-        h, bias = m.hidden_size, m.linear_bias
-        *_, z, beta, alpha = gdn_in_proj_rows(m)
-        self.g_proj = nn.Linear(h, z, bias=bias) if z else None
-        self.b_proj = nn.Linear(h, beta, bias=bias)
-        self.a_proj = nn.Linear(h, alpha, bias=bias)
-
-    def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
-        b, t, _ = x.shape
-        d = self.d
-        q, k, v = self.qkv(x, cache)
-        out = ops.gdn(
-            self.opts,
-            q,
-            k,
-            v,
-            self.a_proj(x),
-            self.b_proj(x),
-            self.A_log,
-            self.dt_bias,
-            allow_neg_eigval=self.cfg.allow_neg_eigval,
-            **_state_io(cache),
-        )
-        out = _keep_state(out, cache)
-        gate = None
-        if self.g_proj is not None:
-            gate = self.g_proj(x).view(b, t, d.num_v_heads, d.head_v_dim)
-        return self.output(out, gate)
-
-
 class ZebraMLA(nn.Module):
     """Multi-Latent Attention with transformers' DeepSeek-V3 names, computing what megatron-core's
     ``MLASelfAttention`` computes: the rope dims de-interleaved (``[0::2] | [1::2]``) then rotated
@@ -265,12 +92,12 @@ class ZebraMLA(nn.Module):
         q_dim = n * (a.qk_head_dim + a.qk_pos_emb_head_dim)
         if a.q_lora_rank is not None:
             self.q_a_proj = nn.Linear(h, a.q_lora_rank, bias=False)
-            self.q_a_layernorm = ZebraRMSNorm(a.q_lora_rank, eps, opts)
+            self.q_a_layernorm = Norm(a.q_lora_rank, eps, opts=opts)
             self.q_b_proj = nn.Linear(a.q_lora_rank, q_dim, bias=False)
         else:
             self.q_proj = nn.Linear(h, q_dim, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(h, a.kv_lora_rank + a.qk_pos_emb_head_dim, bias=False)
-        self.kv_a_layernorm = ZebraRMSNorm(a.kv_lora_rank, eps, opts)
+        self.kv_a_layernorm = Norm(a.kv_lora_rank, eps, opts=opts)
         self.kv_b_proj = nn.Linear(a.kv_lora_rank, n * (a.qk_head_dim + a.v_head_dim), bias=False)
         self.o_proj = nn.Linear(n * a.v_head_dim, h, bias=False)
         # a plain list, not a buffer: from_pretrained builds modules on the meta device and does
@@ -331,45 +158,6 @@ class ZebraMLA(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(b, t, n * dv))
 
 
-def _mamba2_class() -> type:
-    """Our training Mamba2 mixer (its tensor names are FLA's Mamba2 layer's) with a cache path."""
-    from zebractl.model.mixers import Mamba2Mixer, _leading
-
-    class ZebraMamba2(Mamba2Mixer):
-        def forward(self, x: Tensor, cache: dict[str, Any] | None = None) -> Tensor:
-            if cache is None:
-                return super().forward(x)
-            b, t, _ = x.shape
-            mb, nh, p = self.cfg, self.nheads, self.cfg.head_dim
-            z, xbc, dt = self.in_proj(x).split(
-                [self.split[0], *_leading(self.split[1:], 3)], dim=-1
-            )
-            xbc = _conv(xbc, self.conv1d, self.opts, cache, "xbc")
-            xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
-            dt = F.softplus(dt.float() + self.dt_bias.float())
-            a = -self.A_log.float().exp()
-            rep = nh // mb.num_groups
-            bh = bb.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
-            ch = cc.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
-            xh = xs.view(b, t, nh, p)
-            k = (bh.float() * dt[..., None]).to(xh.dtype)
-            o, cache["state"] = ops.ssd(
-                self.opts,
-                ch.to(xh.dtype),
-                k,
-                xh,
-                (dt * a).to(torch.float32),
-                initial_state=cache.get("state"),
-                output_final_state=True,
-            )
-            y = o + xh * self.D.to(xh.dtype)[:, None]
-            y = y.reshape(b, t, self.d_inner) * F.silu(z)
-            y = ops.torch_ops.group_rms_norm(y, self.norm.weight, self.eps, mb.num_groups)
-            return self.out_proj(y)
-
-    return ZebraMamba2
-
-
 class ZebraBlock(nn.Module):
     """One block: ``x + attn(attn_norm(x))``, then ``+ mlp(mlp_norm(.))``."""
 
@@ -377,20 +165,16 @@ class ZebraBlock(nn.Module):
         super().__init__()
         h, eps = m.hidden_size, m.norm.eps
         self.kind = kind
-        self.attn_norm = ZebraRMSNorm(h, eps, opts)
-        if kind == "kda":
-            self.attn: nn.Module = ZebraKDA(m, opts)
-        elif kind == "gdn":
-            self.attn = ZebraGDN(m, opts)
-        elif kind == "mamba2":
-            self.attn = _mamba2_class()(m, opts)  # its names are FLA's Mamba2 layer's already
-        elif kind == "mla":
+        self.attn_norm = Norm(h, eps, opts=opts)
+        if kind == "mla":
             if rope is None:
                 raise ValueError("an MLA block needs config.mla_rope")
-            self.attn = ZebraMLA(m, rope, opts)
+            self.attn: nn.Module = ZebraMLA(m, rope, opts)
+        elif kind in HF_MIXERS:
+            self.attn = HF_MIXERS[kind](m, opts)
         else:
             raise ValueError(f"unknown block kind {kind!r}")
-        self.mlp_norm = ZebraRMSNorm(h, eps, opts)
+        self.mlp_norm = Norm(h, eps, opts=opts)
         self.mlp = ZebraMLP(h, m.ffn_hidden_size, m.linear_bias, opts)
 
     def forward(self, x: Tensor, cache: dict[str, Any] | None = None, start: int = 0) -> Tensor:
@@ -400,7 +184,7 @@ class ZebraBlock(nn.Module):
         elif self.kind == "mla":
             h = self.attn(h, cache, start)
         else:
-            h = self.attn(h, cache)
+            h = self.attn(h, cache=cache)
         x = x + h
         return x + self.mlp(self.mlp_norm(x))
 
@@ -434,7 +218,7 @@ class ZebraModel(ZebraPreTrainedModel):
         self.embeddings = nn.Embedding(m.padded_vocab_size, m.hidden_size)
         kinds = [m.sublayers[2 * i] for i in range(m.num_blocks)]
         self.layers = nn.ModuleList(ZebraBlock(m, k, config.mla_rope, self.opts) for k in kinds)
-        self.norm = ZebraRMSNorm(m.hidden_size, m.norm.eps, self.opts)
+        self.norm = Norm(m.hidden_size, m.norm.eps, opts=self.opts)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

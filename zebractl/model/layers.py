@@ -1,4 +1,5 @@
-"""Norms, the SwiGLU MLP and the three sublayer kinds (mixer, attention, MLP) of a Zebra block.
+"""The SwiGLU MLP and the three sublayer kinds (mixer, attention, MLP) of a Zebra block (their
+norms: :mod:`zebractl.model.norms`).
 
 Every sublayer is pre-norm with a residual: ``x + dropout(inner(norm(x)))``. Activations are
 batch-first ``[B, T, H]`` throughout (FLA's layout); only MLA, which is megatron's module, sees
@@ -105,76 +106,6 @@ class VocabEmbedding(VocabParallelEmbedding):
         if self.deterministic_mode:
             return self.weight[input_]
         return F.embedding(input_, self.weight)
-
-
-class Norm(nn.Module):
-    """RMSNorm or LayerNorm with an explicit eps; megatron's build_module signature works too."""
-
-    def __init__(
-        self,
-        hidden_size: int,
-        eps: float,
-        kind: str = "rmsnorm",
-        opts: KernelOptions | None = None,
-        config: object | None = None,
-    ) -> None:
-        super().__init__()
-        self.eps, self.kind, self.opts = eps, kind, opts or KernelOptions(backend="torch")
-        self.weight = nn.Parameter(torch.empty(hidden_size))
-        if kind == "layernorm":
-            self.bias = nn.Parameter(torch.empty(hidden_size))
-        else:
-            self.register_parameter("bias", None)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "layernorm":
-            return F.layer_norm(
-                x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps
-            ).to(x.dtype)
-        return ops.rms_norm(self.opts, x, self.weight, self.eps)
-
-    def add(self, delta: Tensor | None, residual: Tensor) -> tuple[Tensor, Tensor]:
-        """``(norm(residual + delta), residual + delta)`` (``delta`` None: no add); one fused
-        kernel for RMSNorm with ``kernels.fused_rmsnorm`` on the fla backend."""
-        if delta is None:
-            return self(residual), residual
-        if self.kind == "rmsnorm":
-            return ops.add_rms_norm(self.opts, delta, residual, self.weight, self.eps)
-        residual = residual + delta
-        return self(residual), residual
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}, kind={self.kind}"
-
-
-def norm_factory(kind: str, opts: KernelOptions):
-    """A class megatron's build_module can instantiate as (config=, hidden_size=, eps=)."""
-
-    class _SpecNorm(Norm):
-        def __init__(
-            self, config: object = None, hidden_size: int = 0, eps: float = 1e-6, **_: object
-        ) -> None:
-            super().__init__(hidden_size, eps, kind, opts)
-
-    _SpecNorm.__name__ = "Norm"
-    return _SpecNorm
-
-
-class GatedNorm(nn.Module):
-    """``RMSNorm(o) * weight * act(gate)`` over one head's dim, weight shared by all heads."""
-
-    def __init__(self, dim: int, eps: float, activation: str, opts: KernelOptions) -> None:
-        super().__init__()
-        self.eps, self.activation, self.opts = eps, activation, opts
-        self.weight = nn.Parameter(torch.empty(dim))
-
-    def forward(self, x: Tensor, gate: Tensor | None) -> Tensor:
-        if gate is None:
-            return ops.torch_ops.rms_norm(x, self.weight, self.eps)
-        return ops.gated_rms_norm(self.opts, x, gate, self.weight, self.eps, self.activation)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}, activation={self.activation}"
 
 
 class SwiGLUMLP(MegatronModule):

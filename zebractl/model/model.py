@@ -23,12 +23,11 @@ from zebractl.model.layers import (
     AttentionSublayer,
     MixerSublayer,
     MLPSublayer,
-    Norm,
     VocabEmbedding,
-    norm_factory,
     process_groups,
 )
 from zebractl.model.mixers import MIXERS
+from zebractl.model.norms import Norm, norm_factory
 from zebractl.model.ops import KernelOptions
 from zebractl.model.segments import Segments
 from zebractl.schemas.preset import ModelConfig

@@ -8,12 +8,9 @@ Terms, per token of a sequence of length s:
 
 - linear layers: 2 * rows * cols of every weight matrix, including the LM head (tied or not);
 - depthwise short convolutions: 2 * channels * kernel;
-- KDA/GDN chunked delta rule, chunk C = 64, per value head (dk key, dv value dim):
-  intra-chunk QK^T, KK^T and W = T(beta K): 6*C*dk; U = T(beta V) and A(U - WS): 4*C*dv;
-  inter-chunk W S, Q S and the state update K^T U: 6*dk*dv; the triangular inverse T: 2*C^2/3;
-- Mamba2 SSD as scalar-decay linear attention (chunk C = 64; FLA's simple_gla kernels), per head
-  (P head dim, N state): 2*C*P (intra-chunk scores x values) + 4*N*P (readout, state update), plus per
-  group 2*C*N (C B^T);
+- each recurrent mixer's scan: its ``recurrent_flops`` (:data:`zebractl.layout.MIXER_SPECS`): KDA's
+  and GDN's chunked delta rule (:func:`zebractl.layout.common.delta_rule_flops`), Mamba2's SSD as
+  scalar-decay linear attention (:mod:`zebractl.layout.mamba2`);
 - MLA causal attention: each token attends to (s+1)/2 keys on average:
   nh * (qk + rope + v) * (s + 1).
 """
@@ -22,10 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zebractl.layout import SUBLAYER_SHAPES
+from zebractl.layout import MIXER_SPECS, SUBLAYER_SHAPES
 from zebractl.schemas.preset import ModelConfig
-
-CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -59,22 +54,6 @@ def _matmul_and_conv(m: ModelConfig, kind: str) -> tuple[int, int]:
     return linear, conv
 
 
-def _delta_rule(dk: int, dv: int, heads: int) -> int:
-    c = CHUNK
-    return heads * (6 * c * dk + 4 * c * dv + 6 * dk * dv + (2 * c * c) // 3)
-
-
-def _recurrent(m: ModelConfig, kind: str) -> int:
-    if kind in ("kda", "gdn"):
-        d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
-        return _delta_rule(d.head_k_dim, d.head_v_dim, d.num_v_heads)
-    if kind == "mamba2":
-        assert m.mamba2 is not None
-        d2, n, p = m.mamba2_dims, m.mamba2.state_dim, m.mamba2.head_dim
-        return d2.num_heads * (2 * CHUNK * p + 4 * n * p) + m.mamba2.num_groups * 2 * CHUNK * n
-    return 0
-
-
 def _attention(m: ModelConfig, seq_length: int) -> int:
     assert m.mla is not None
     a = m.mla
@@ -87,7 +66,8 @@ def flops_per_token(m: ModelConfig, seq_length: int) -> FlopCount:
     for kind in m.sublayers:
         lin, cv = _matmul_and_conv(m, kind)
         linear, conv = linear + lin, conv + cv
-        recurrent += _recurrent(m, kind)
+        if kind in MIXER_SPECS:
+            recurrent += MIXER_SPECS[kind].recurrent_flops(m)
         if kind == "mla":
             attention += _attention(m, seq_length)
     return FlopCount(

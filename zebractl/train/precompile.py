@@ -152,9 +152,9 @@ def exercise(
     import torch
 
     from zebractl.model import ops
-    from zebractl.model.layers import Norm
     from zebractl.model.mixers import MIXERS
     from zebractl.model.model import KEEP_FP32, kernel_options
+    from zebractl.model.norms import Norm
 
     if device.type == "cuda":
         torch.cuda.set_device(device)  # a new thread starts on device 0

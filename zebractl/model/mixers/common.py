@@ -1,0 +1,159 @@
+"""What the recurrent mixers share: the short convolution and the generation cache, the views of a
+fused in_proj, KDA's and GDN's q/k/v in both layouts, and the init of the decay parameters."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zebractl.model import ops
+from zebractl.model.norms import GatedNorm
+from zebractl.model.ops import KernelOptions
+from zebractl.schemas.preset import LinearAttentionDims, ModelConfig
+
+Tensor = torch.Tensor
+Cache = dict[str, Any]
+"""One block's generation cache (:class:`zebractl.hf.modeling.ZebraCache`): each convolution's
+last inputs by name and the recurrent ``state``."""
+
+
+def conv(
+    x: Tensor,
+    conv1d: nn.Conv1d | None,
+    opts: KernelOptions,
+    cu_seqlens: Tensor | None = None,
+    cache: Cache | None = None,
+    name: str = "",
+) -> Tensor:
+    """Causal short conv + SiLU over ``x`` (SiLU alone without a convolution). With ``cache`` the
+    previous ``W - 1`` inputs kept under ``name`` are prepended (and the new ones kept), so a
+    continuation computes exactly what the whole sequence would."""
+    if conv1d is None:
+        return F.silu(x)
+    if cache is None:
+        return ops.short_conv(opts, x, conv1d.weight, conv1d.bias, cu_seqlens)
+    keep = conv1d.weight.shape[-1] - 1
+    tail = cache.get(name)
+    if tail is None:
+        tail = x.new_zeros(x.shape[0], keep, x.shape[2])
+    xx = torch.cat((tail, x), dim=1)
+    cache[name] = xx[:, xx.shape[1] - keep :].detach()
+    return ops.short_conv(opts, xx, conv1d.weight, conv1d.bias)[:, keep:]
+
+
+def state_io(cache: Cache | None) -> dict[str, Any]:
+    """The recurrent ops' state arguments for a block's cache (none without one)."""
+    if cache is None:
+        return {}
+    return {"initial_state": cache.get("state"), "output_final_state": True}
+
+
+def keep_state(result: Any, cache: Cache | None) -> Tensor:
+    """A recurrent op's output; with a cache, its final state is kept there."""
+    if cache is None:
+        return result
+    out, cache["state"] = result
+    return out
+
+
+def merge_leading(split: list[int], n: int) -> list[int]:
+    """``split`` with its first ``n`` sizes merged: in_proj's adjacent rows taken as one view."""
+    return [sum(split[:n]), *split[n:]]
+
+
+def _short_conv(channels: int, size: int) -> nn.Conv1d:
+    return nn.Conv1d(channels, channels, size, groups=channels, bias=False)
+
+
+def delta_rule_conv(m: ModelConfig, kind: str) -> nn.Conv1d | None:
+    """The depthwise short convolution over q|k|v of a KDA/GDN mixer (None without one)."""
+    block = getattr(m, kind)
+    d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
+    if not block.use_short_conv:
+        return None
+    return _short_conv(2 * d.key_dim + d.value_dim, block.conv_size)
+
+
+def heads(d: LinearAttentionDims, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k ``[B, T, H, K]`` and v ``[B, T, HV, V]`` from ``[B, T, width]``."""
+    b, t = q.shape[:2]
+    return (
+        q.view(b, t, d.num_heads, d.head_k_dim),
+        k.view(b, t, d.num_heads, d.head_k_dim),
+        v.view(b, t, d.num_v_heads, d.head_v_dim),
+    )
+
+
+def fused_qkv(
+    mixer: nn.Module, qkv: Tensor, cu_seqlens: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Short conv + SiLU over in_proj's adjacent q|k|v columns (or SiLU alone), split into heads.
+
+    ``qkv`` is a strided view of the projection: the conv reads it in place (no concatenated copy).
+    """
+    d = mixer.d
+    x = conv(qkv, mixer.conv1d, mixer.opts, cu_seqlens)
+    return heads(d, *x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1))
+
+
+def gated_output(norm: nn.Module, proj: nn.Module, o: Tensor, gate: Tensor | None) -> Tensor:
+    """``proj(norm(o, gate))`` with the heads of ``o`` ``[B, T, HV, V]`` flattened."""
+    b, t = o.shape[:2]
+    return proj(norm(o, gate).reshape(b, t, -1))
+
+
+class DeltaRuleUnfused(nn.Module):
+    """KDA's and GDN's shared part with FLA's names (the Hugging Face model's): separate q/k/v
+    projections and short convolutions, the decay parameters, the gated output norm and projection
+    (``kind``: ``kda`` or ``gdn``; ``dt_size``: dt_bias's length)."""
+
+    def __init__(
+        self, m: ModelConfig, kind: str, dt_size: int, activation: str, opts: KernelOptions
+    ) -> None:
+        super().__init__()
+        block = getattr(m, kind)
+        self.cfg, self.opts = block, opts
+        d = self.d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
+        h, bias = m.hidden_size, m.linear_bias
+        self.q_proj = nn.Linear(h, d.key_dim, bias=bias)
+        self.k_proj = nn.Linear(h, d.key_dim, bias=bias)
+        self.v_proj = nn.Linear(h, d.value_dim, bias=bias)
+        size = block.conv_size
+        self.q_conv1d = _short_conv(d.key_dim, size) if block.use_short_conv else None
+        self.k_conv1d = _short_conv(d.key_dim, size) if block.use_short_conv else None
+        self.v_conv1d = _short_conv(d.value_dim, size) if block.use_short_conv else None
+        self.A_log = nn.Parameter(torch.zeros(d.num_v_heads, dtype=torch.float32))
+        self.dt_bias = nn.Parameter(torch.zeros(dt_size, dtype=torch.float32))
+        self.o_norm = GatedNorm(d.head_v_dim, m.norm.eps, activation, opts)
+        self.o_proj = nn.Linear(d.value_dim, h, bias=bias)
+
+    def qkv(self, x: Tensor, cache: Cache | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected, convolved (+ SiLU) and split into heads."""
+        o = self.opts
+        q = conv(self.q_proj(x), self.q_conv1d, o, cache=cache, name="q")
+        k = conv(self.k_proj(x), self.k_conv1d, o, cache=cache, name="k")
+        v = conv(self.v_proj(x), self.v_conv1d, o, cache=cache, name="v")
+        return heads(self.d, q, k, v)
+
+
+def log_uniform_(p: Tensor, low: float, high: float, gen: torch.Generator) -> None:
+    """``p = log U(low, high)``, a draw clamped to the smallest positive float (log never -inf)."""
+    u = torch.empty(p.numel(), device=p.device).uniform_(low, high, generator=gen)
+    p.copy_(u.clamp(min=torch.finfo(torch.float32).tiny).log())
+
+
+def inv_softplus_dt_(p: Tensor, gen: torch.Generator) -> None:
+    """``p = softplus^-1(dt)``, ``dt = exp(U(ln 1e-3, ln 0.1))`` clamped >= 1e-4 (Mamba's dt_bias)."""
+    lo, hi = math.log(1e-3), math.log(0.1)
+    r = torch.rand(p.numel(), generator=gen, device=p.device)
+    dt = torch.exp(r * (hi - lo) + lo).clamp(min=1e-4)
+    p.copy_(dt + torch.log(-torch.expm1(-dt)))
+
+
+def no_init_rule(mixer: nn.Module, name: str) -> RuntimeError:
+    """The error for a parameter of ``mixer`` that its ``init_own`` has no rule for."""
+    return RuntimeError(f"no init rule for {type(mixer).__name__} parameter {name}")
