@@ -14,25 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from zebractl.errors import ConfigError
+from zebractl.schemas.reports import VerifyChecked, VerifyReport
 from zebractl.util import sha256_file
 
 
-def verify(folder: str | Path) -> dict[str, Any]:
-    """Return ``{"ok": bool, "problems": [...], "checked": {...}}``; missing manifest is exit 2."""
+def verify(folder: str | Path) -> VerifyReport:
+    """Check ``folder`` (see the module docstring); a missing manifest is a usage error (exit 2)."""
     import numpy as np
     from megatron.core.datasets.indexed_dataset import _IndexReader
 
     root = Path(folder)
-    manifest_path = root / "manifest.json"
-    if not manifest_path.is_file():
-        raise ConfigError(
-            f"{root}: no manifest.json (not a finished `zebractl prepare` output; "
-            "rerun prepare with the same arguments to finish it)"
-        )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
+    manifest = _manifest(root)
     problems: list[str] = []
     vocab = manifest["tokenizer"]["vocab_size"]
     dtype = np.dtype(manifest["dtype"])
@@ -44,19 +36,8 @@ def verify(folder: str | Path) -> dict[str, Any]:
         name = out["prefix"]
         mask = out.get("kind", "tokens") == "mask"
         want = np.dtype(np.uint8) if mask else dtype
-        bad = False
-        for ext, meta in out["files"].items():
-            path = Path(f"{prefix}.{ext}")
-            if not path.is_file():
-                problems.append(f"{name}.{ext}: missing")
-                bad = True
-            elif path.stat().st_size != meta["bytes"]:
-                problems.append(
-                    f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
-                )
-                bad = True
-            elif sha256_file(path) != meta["sha256"]:
-                problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
+        found, bad = _file_problems(name, prefix, out["files"])
+        problems += found
         if bad:
             continue
         try:
@@ -100,18 +81,53 @@ def verify(folder: str | Path) -> dict[str, Any]:
             f"totals: {documents} documents / {tokens} tokens, manifest says "
             f"{totals['documents']} / {totals['tokens']}"
         )
-    return {
-        "ok": not problems,
-        "problems": problems,
-        "checked": {
-            "outputs": len(manifest["shards"]),
-            "documents": documents,
-            "tokens": tokens,
-            "max_token_id": max_id,
-            "vocab_size": vocab,
-            "dtype": dtype.name,
-        },
-    }
+    return VerifyReport(
+        folder=str(folder),
+        ok=not problems,
+        problems=problems,
+        checked=VerifyChecked(
+            outputs=len(manifest["shards"]),
+            documents=documents,
+            tokens=tokens,
+            max_token_id=max_id,
+            vocab_size=vocab,
+            dtype=dtype.name,
+        ),
+    )
+
+
+def _manifest(root: Path) -> dict[str, Any]:
+    """The dataset's manifest.json; absent or unreadable is a usage error."""
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        raise ConfigError(
+            f"{root}: no manifest.json (not a finished `zebractl prepare` output; "
+            "rerun prepare with the same arguments to finish it)"
+        )
+    try:
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
+
+
+def _file_problems(name: str, prefix: Path, files: dict[str, Any]) -> tuple[list[str], bool]:
+    """One indexed dataset's files against the manifest: the problems, and whether a file is
+    missing or of the wrong size (then nothing more is read of it)."""
+    problems: list[str] = []
+    bad = False
+    for ext, meta in files.items():
+        path = Path(f"{prefix}.{ext}")
+        if not path.is_file():
+            problems.append(f"{name}.{ext}: missing")
+            bad = True
+        elif path.stat().st_size != meta["bytes"]:
+            problems.append(
+                f"{name}.{ext}: {path.stat().st_size} bytes, manifest says {meta['bytes']}"
+            )
+            bad = True
+        elif sha256_file(path) != meta["sha256"]:
+            problems.append(f"{name}.{ext}: content differs from the manifest (sha256)")
+    return problems, bad
 
 
 def _mask_problems(name: str, bin_path: Path, index: Any, token_lengths: Any) -> list[str]:
