@@ -112,7 +112,7 @@ def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp
     res = export_hf(run, tmp_path / "hf", max_shard_bytes=2**20, console=lambda s: None)
     assert len(res.shards) > 1 and (tmp_path / "hf" / "model.safetensors.index.json").is_file()
     assert {str(v.dtype) for v in read_safetensors(tmp_path / "hf").values()} == {"torch.bfloat16"}
-    _, tiers = verify(run, tmp_path / "hf", console=lambda s: None)
+    tiers = verify(run, tmp_path / "hf", console=lambda s: None).tiers
     assert [t.status for t in tiers[:2]] == ["pass", "pass"], tiers
 
 
@@ -288,7 +288,7 @@ def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
 
     run = trained(recipe, *GPU_HEADS[recipe], "kernels.backend=torch")
     export_hf(run, tmp_path / "hf", dtype="bf16", console=lambda s: None)
-    _, tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None)
+    tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None).tiers
     print({t.name: (t.status, t.detail) for t in tiers})
     assert [t.status for t in tiers[:3]] == ["pass"] * 3, tiers
 

@@ -293,8 +293,8 @@ def test_verify_checks_ids_against_the_vocabulary(tmp_path):
     doc["tokenizer"]["vocab_size"] = 1000  # as if the ids came from a larger vocabulary
     manifest.write_text(json.dumps(doc))
     report = verify(tmp_path / "out")
-    assert not report["ok"] and any(">= vocabulary size 1000" in p for p in report["problems"])
-    assert m["totals"]["tokens"] == report["checked"]["tokens"]
+    assert not report.ok and any(">= vocabulary size 1000" in p for p in report.problems)
+    assert m["totals"]["tokens"] == report.checked.tokens
 
 
 def test_verify_of_an_unfinished_folder_is_a_usage_error(cli, tmp_path):

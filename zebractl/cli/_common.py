@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -243,3 +243,15 @@ SET_HELP = (
     "Repeatable; applied last, after the preset and the recipe."
 )
 JSON_HELP = "Print one JSON document on stdout (schema_version 1) instead of tables."
+
+JsonOpt = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+"""``--json`` (default False): the report on stdout."""
+SetOpt = Annotated[
+    list[str],
+    typer.Option("--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set),
+]
+"""``--set KEY=VALUE`` (repeatable; default ``()``)."""
+RecipeArg = Annotated[
+    str, typer.Argument(help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe)
+]
+"""The ``RECIPE`` argument of train and warmup."""

@@ -26,27 +26,12 @@ def _print_table(title: str, columns: list[tuple[str, Kind]], rows: list[list[st
 @guarded
 def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List the shipped architecture presets with their size and layout."""
-    from zebractl.config import catalog
-    from zebractl.config.resolve import resolve_preset
-    from zebractl.layout import model_shapes, numel
-    from zebractl.schemas.reports import PresetEntry, PresetsReport
+    from zebractl.planning.catalog import presets as listing
 
-    items: list[PresetEntry] = []
-    for name, path in catalog.shipped("preset").items():
-        m = resolve_preset(path).config
-        items.append(
-            PresetEntry(
-                name=name,
-                description=m.description,
-                parameters=numel(model_shapes(m)),  # type: ignore[arg-type]
-                num_blocks=m.num_blocks,  # type: ignore[union-attr]
-                hidden_size=m.hidden_size,  # type: ignore[union-attr]
-                mixers=sorted(set(m.blocks)),  # type: ignore[union-attr]
-                path=catalog.display_path(path),
-            )
-        )
+    report = listing()
+    items = report.presets
     if json_out:
-        emit_json(PresetsReport(presets=items))
+        emit_json(report)
         return
     _print_table(
         "presets",
@@ -67,31 +52,12 @@ def presets(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> N
 @guarded
 def recipes(json_out: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List the shipped recipes: preset, GPUs, batch, length."""
-    from zebractl.config import catalog
-    from zebractl.config.resolve import resolve_recipe
-    from zebractl.schemas.reports import RecipeEntry, RecipesReport
+    from zebractl.planning.catalog import recipes as listing
 
-    items: list[RecipeEntry] = []
-    for name, path in catalog.shipped("recipe").items():
-        r = resolve_recipe(path)
-        cfg, d = r.run, r.derived
-        assert d is not None
-        items.append(
-            RecipeEntry(
-                name=name,
-                description=cfg.description,
-                preset=cfg.preset,
-                num_gpus=cfg.parallelism.num_gpus,
-                micro_batch=cfg.batch.micro,
-                global_batch=cfg.batch.global_,
-                seq_length=cfg.data.seq_length,
-                iterations=d.iterations,
-                total_tokens=d.total_tokens,
-                path=catalog.display_path(path),
-            )
-        )
+    report = listing()
+    items = report.recipes
     if json_out:
-        emit_json(RecipesReport(recipes=items))
+        emit_json(report)
         return
     _print_table(
         "recipes",

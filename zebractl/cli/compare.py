@@ -126,7 +126,6 @@ def _compare(
         assert run_b is not None
         data = rep.compare(run_a, run_b, force=force)
     from zebractl.errors import ConfigError
-    from zebractl.schemas.reports import CompareReport
 
     finetune = data["kind"] == "finetune"
     if finetune and (assert_ or tolerance_given):
@@ -136,10 +135,7 @@ def _compare(
             f"parity to assert, so {'--assert' if assert_ else '--tolerance'} does not apply; "
             "drop it for the before/after report"
         )
-    checks = rep.checks(data, tol)
-    passed = None if finetune else all(c["ok"] for c in checks)
-    report = CompareReport(**data, checks=checks, passed=passed, files=[])
-    report = render.write(report, folder)
+    report = render.write(rep.report(data, tol), folder)
     from zebractl.run.tracking import attach_compare
 
     attach_compare(report, folder, say)  # a run tracked by W&B (RUN/wandb.json) gets it
@@ -148,38 +144,7 @@ def _compare(
     elif finetune:
         _print_finetune(report)
     else:
-        from zebractl.cli import _tables
-
-        cols = ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B")
-        table = _tables.table(
-            f"{report.a.label} vs {report.b.label}", [(c, "number") for c in cols]
-        )
-        for x in report.loss:
-            table.add_row(
-                str(x.iteration),
-                f"{x.a:.4f}",
-                f"{x.b:.4f}",
-                f"{x.delta:+.4f}",
-                f"{x.delta_pct:+.3f}",
-                f"{x.lr_a:.3e}" if x.lr_a is not None else "n/a",
-                f"{x.lr_b:.3e}" if x.lr_b is not None else "n/a",
-            )
-        _tables.show(table)
-        t = report.throughput.ratio.tokens_per_s
-        for c in report.config_changes:
-            print(
-                f"config changed within {c.side.upper()} from iteration {c.iteration} (a resume): "
-                f"{c.key} {c.before!r} -> {c.after!r}"
-            )
-        if not report.throughput.meaningful:
-            t = None
-        print(
-            f"last-half mean |Δ%| {report.last_half_mean_abs_pct:.3f}; throughput A/B "
-            + (f"{t:.3f}" if t is not None else "n/a")
-            + ("" if report.throughput.meaningful else " (CPU: not meaningful)")
-            + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
-            + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
-        )
+        _print_parity(report)
     failed = [c for c in report.checks if not c.ok]
     if not json_out:  # the last two lines: the verdict, then the report (what the main job ends on)
         print(finetune_verdict(report) if finetune else verdict(report.checks, asserted=assert_))
@@ -202,6 +167,40 @@ def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
     if all(c.ok for c in checks):
         return f"parity: PASS ({parts})"
     return f"parity: FAIL ({parts})" + ("" if asserted else "; --assert makes this exit 3")
+
+
+def _print_parity(report: CompareReport) -> None:
+    """The loss table of a parity pair, the config changes at a resume and the summary line."""
+    from zebractl.cli import _tables
+
+    cols = ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B")
+    table = _tables.table(f"{report.a.label} vs {report.b.label}", [(c, "number") for c in cols])
+    for x in report.loss:
+        table.add_row(
+            str(x.iteration),
+            f"{x.a:.4f}",
+            f"{x.b:.4f}",
+            f"{x.delta:+.4f}",
+            f"{x.delta_pct:+.3f}",
+            f"{x.lr_a:.3e}" if x.lr_a is not None else "n/a",
+            f"{x.lr_b:.3e}" if x.lr_b is not None else "n/a",
+        )
+    _tables.show(table)
+    t = report.throughput.ratio.tokens_per_s
+    for c in report.config_changes:
+        print(
+            f"config changed within {c.side.upper()} from iteration {c.iteration} (a resume): "
+            f"{c.key} {c.before!r} -> {c.after!r}"
+        )
+    if not report.throughput.meaningful:
+        t = None
+    print(
+        f"last-half mean |Δ%| {report.last_half_mean_abs_pct:.3f}; throughput A/B "
+        + (f"{t:.3f}" if t is not None else "n/a")
+        + ("" if report.throughput.meaningful else " (CPU: not meaningful)")
+        + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
+        + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
+    )
 
 
 def _print_finetune(report: CompareReport) -> None:

@@ -46,25 +46,14 @@ def show(
 ) -> None:
     """Print every resolved value with its source (default, FILE:LINE or --set); for a run
     directory, the config the run recorded, with the sources it recorded."""
-    from zebractl.run.resolve import resolve_any
+    from zebractl.run.resolve import resolve_any, show_report
 
     r = resolve_any(config, set_)
+    if json_out:
+        emit_json(show_report(r))
+        return
     values = r.values()
     derived = r.derived
-    if json_out:
-        from zebractl.schemas.reports import ConfigShowReport
-
-        emit_json(
-            ConfigShowReport(
-                kind=r.kind,
-                name=r.name,
-                source=r.source,
-                config=r.config,
-                provenance=r.provenance,
-                derived=derived,
-            )
-        )
-        return
     from zebractl.cli import _tables
 
     # each value with its source (file:line, --set, default) on a line of its own under it, as in
@@ -92,25 +81,13 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate presets and recipes; exit 2 if any is invalid."""
-    from zebractl.errors import ConfigError
-    from zebractl.run.resolve import resolve_any
-    from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
+    from zebractl.run.resolve import validate as run
 
-    results = []
-    for path in paths:
-        try:
-            r = resolve_any(path)
-        except ConfigError as exc:
-            results.append(ConfigValidateResult(path=path, ok=False, errors=list(exc.problems)))
-            continue
-        results.append(
-            ConfigValidateResult(path=path, ok=True, kind=r.kind, name=r.name, errors=[])
-        )
-    report = ConfigValidateReport(results=results, ok=all(x.ok for x in results))
+    report = run(paths)
     if json_out:
         emit_json(report)
     else:
-        for res in results:
+        for res in report.results:
             if res.ok:
                 print(f"ok       {res.path} ({res.kind} {res.name})")
             else:

@@ -33,44 +33,17 @@ def doctor(
     FLA does without triton) and zebractl's own modules for it; prints the versions of the stack
     and the GPU torch sees. Exit 3 when a command asked about cannot run.
     """
-    from zebractl.deps import EXTRA_FOR, NEEDS, probe, versions
-    from zebractl.errors import ConfigError
+    from zebractl.runtime.environment import doctor as run
 
-    wanted = list(commands or NEEDS)
-    for c in wanted:
-        if c not in NEEDS:
-            raise ConfigError(f"doctor: unknown command {c!r} (one of: {', '.join(NEEDS)})")
-    if "compare" in wanted and commands:
-        wanted.append("compare --fla")  # compare without --fla is only its plots
-    from zebractl.schemas.reports import DoctorCommand, DoctorModule, DoctorReport
-
-    rows = []
-    for c in dict.fromkeys(wanted):
-        mods = [DoctorModule(module=p.module, ok=p.error is None, error=p.error, install=p.install)
-                for p in probe(c)]  # fmt: skip
-        rows.append(
-            DoctorCommand(command=c, ok=all(m.ok for m in mods), extra=EXTRA_FOR[c], modules=mods)
-        )
-    report = DoctorReport(
-        ok=all(r.ok for r in rows), commands=rows, versions=versions(), cuda=_cuda()
-    )
+    report = run(commands)
     if json_out:
         emit_json(report)
     else:
         _print(report)
     if not report.ok:
-        err("doctor: " + ", ".join(r.command for r in rows if not r.ok) + " cannot run here")
+        bad = ", ".join(r.command for r in report.commands if not r.ok)
+        err(f"doctor: {bad} cannot run here")
         raise typer.Exit(EXIT_CHECK)
-
-
-def _cuda() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return None
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def _print(report: DoctorReport) -> None:

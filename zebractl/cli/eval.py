@@ -3,65 +3,97 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, emit_json, err, guarded, stdout_to_stderr
+from zebractl.cli._common import JsonOpt, emit_json, err, guarded, stdout_to_stderr
 from zebractl.cli.completion import choices
 from zebractl.deps import require
 
+if TYPE_CHECKING:  # pydantic stays off the import path of --help and completion
+    from zebractl.schemas.reports import EvalReport
 
-@guarded
-def eval_(
-    model: Path = typer.Argument(
-        ...,
+
+ModelArg = Annotated[
+    Path,
+    typer.Argument(
         help="A Hugging Face folder (any AutoModelForCausalLM), or a run directory / checkpoint "
         "(converted in memory).",
     ),
-    tasks: str = typer.Option(
-        "seed",
+]
+TasksOpt = Annotated[
+    str,
+    typer.Option(
         "--tasks",
         help="seed (arc_easy, arc_challenge, hellaswag, openbookqa, piqa, winogrande, mmlu; race "
         "is reported as skipped: no offline data) or comma-separated names; wikitext-like: "
         "perplexity of a run's held-out documents.",
     ),
-    limit: int = typer.Option(None, "--limit", help="Documents per task (default: all)."),
-    batch_size: str = typer.Option("16", "--batch-size", help="lm-eval's batch size, or auto."),
-    device: str = typer.Option(
-        "auto", "--device", help="auto | cpu | cuda.", autocompletion=choices("auto", "cpu", "cuda")
+]
+LimitOpt = Annotated[int, typer.Option("--limit", help="Documents per task (default: all).")]
+BatchOpt = Annotated[str, typer.Option("--batch-size", help="lm-eval's batch size, or auto.")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device", help="auto | cpu | cuda.", autocompletion=choices("auto", "cpu", "cuda")
     ),
-    dtype: str = typer.Option(
-        "auto",
+]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
         "--dtype",
         help="auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32.",
         autocompletion=choices("auto", "bf16", "fp32"),
     ),
-    max_length: int = typer.Option(
-        None,
+]
+MaxLengthOpt = Annotated[
+    int,
+    typer.Option(
         "--max-length",
         help="Longest context in tokens (default: a run's sequence length; 2048 for a folder).",
     ),
-    output: Path = typer.Option(
-        None,
+]
+OutputOpt = Annotated[
+    Path,
+    typer.Option(
         "-o",
         "--output",
         metavar="DIR",
         help="Write OUTPUT/eval/results.json and OUTPUT/eval/tasks/ (default: the run directory, "
         "or the model folder).",
     ),
-    iteration: int = typer.Option(
-        None, "--iteration", help="A run's checkpoint iteration (default: newest)."
-    ),
-    data: Path = typer.Option(
-        None,
+]
+IterationOpt = Annotated[
+    int, typer.Option("--iteration", help="A run's checkpoint iteration (default: newest).")
+]
+DataOpt = Annotated[
+    Path,
+    typer.Option(
         "--data",
         help="wikitext-like on a Hugging Face folder: the run directory whose held-out documents "
         "to score.",
     ),
-    force: bool = typer.Option(
-        False, "--force", help="Re-run tasks an earlier results.json already holds."
-    ),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Re-run tasks an earlier results.json already holds.")
+]
+
+
+@guarded
+def eval_(
+    model: ModelArg,
+    tasks: TasksOpt = "seed",
+    limit: LimitOpt = None,
+    batch_size: BatchOpt = "16",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    max_length: MaxLengthOpt = None,
+    output: OutputOpt = None,
+    iteration: IterationOpt = None,
+    data: DataOpt = None,
+    force: ForceOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Evaluate a model with lm-eval-harness, offline, 0-shot (the seed's suite by default).
 
@@ -98,6 +130,12 @@ def eval_(
     if json_out:
         emit_json(report)
         return
+    _print(report)
+    print(f"wrote {report.results_file} ({report.wall_seconds:.1f} s)")
+
+
+def _print(report: EvalReport) -> None:
+    """The results table: a row per primary metric of each task, a skipped task with its reason."""
     from zebractl.cli import _tables
 
     table = _tables.table(
@@ -121,4 +159,3 @@ def eval_(
             stderr = "" if m is None or m.stderr is None else f"{m.stderr:.4f}"
             table.add_row(t.task, name, value, stderr, str(t.samples), "reused" if t.reused else "")
     _tables.show(table)
-    print(f"wrote {report.results_file} ({report.wall_seconds:.1f} s)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,7 +16,7 @@ from zebractl.cli._common import (
 )
 
 if TYPE_CHECKING:  # pydantic models load only when the command runs
-    from zebractl.schemas.reports import PlanReport
+    from zebractl.schemas.reports import PlanParameters, PlanReport
 
 
 def _n(x: float) -> str:
@@ -104,19 +104,10 @@ def _this_gpu_gib() -> float | None:
     return torch.cuda.get_device_properties(0).total_memory / 1024**3
 
 
-def _print(doc: PlanReport) -> None:
+def _params_table(p: PlanParameters) -> Any:
+    """The exact parameter count, part by part (and the built model's, with --build)."""
     from zebractl.cli import _tables
 
-    console = _tables.console()
-    p, f, t, b, mem = doc.parameters, doc.flops, doc.tokens, doc.batch, doc.memory_per_gpu
-    console.print(f"[bold]plan[/bold] {doc.recipe} (preset {doc.preset})")
-    for text in (doc.description, doc.preset_description):
-        if text:
-            console.print(f"  {text}", markup=False)
-    sq = doc.sequence
-    console.print(
-        f"sequence length {_n(sq.length)} (the model takes up to {_n(sq.max)}: {sq.limited_by})"
-    )
     params = _tables.table(
         "parameters (exact)",
         [("part", "key"), ("count", "number"), ("each", "number"), ("total", "number")],
@@ -130,7 +121,24 @@ def _print(doc: PlanReport) -> None:
     if p.built is not None:
         check = "equal" if p.built == p.total else "MISMATCH"
         params.add_row("built model (meta)", "", "", f"{_n(p.built)} ({check})")
-    console.print(params)
+    return params
+
+
+def _print(doc: PlanReport) -> None:
+    """The plan as tables and lines (rich on stdout)."""
+    from zebractl.cli import _tables
+
+    console = _tables.console()
+    p, f, t, b, mem = doc.parameters, doc.flops, doc.tokens, doc.batch, doc.memory_per_gpu
+    console.print(f"[bold]plan[/bold] {doc.recipe} (preset {doc.preset})")
+    for text in (doc.description, doc.preset_description):
+        if text:
+            console.print(f"  {text}", markup=False)
+    sq = doc.sequence
+    console.print(
+        f"sequence length {_n(sq.length)} (the model takes up to {_n(sq.max)}: {sq.limited_by})"
+    )
+    console.print(_params_table(p))
     sub = doc.pattern.blocks
     console.print(
         f"pattern ({len(sub)} blocks, {len(doc.pattern.sublayers)} sublayers): " + " ".join(sub)

@@ -5,99 +5,145 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from zebractl.cli._common import JSON_HELP, emit_json, err, guarded
+from zebractl.cli._common import JsonOpt, emit_json, err, guarded
 from zebractl.cli.completion import choices
 from zebractl.deps import require
 from zebractl.errors import CheckFailed
 
-
-@guarded
-def prepare(
-    inputs: list[str] = typer.Argument(
-        None, help="JSONL(.gz), Parquet, Arrow / save_to_disk folders, text files, folders, globs."
+InputsArg = Annotated[
+    list[str],
+    typer.Argument(
+        help="JSONL(.gz), Parquet, Arrow / save_to_disk folders, text files, folders, globs."
     ),
-    tokenizer: str = typer.Option(
-        None,
+]
+TokenizerOpt = Annotated[
+    str,
+    typer.Option(
         "--tokenizer",
         help="tokenizer.json (file/folder), GPT-2 vocab+merges folder, "
         "SentencePiece .model, or a Hub id where the Hub is reachable.",
     ),
-    output: Path = typer.Option(
-        None, "-o", "--output", metavar="DIR", help="Output dataset folder."
-    ),
-    workers: int = typer.Option(
-        None, "--workers", help="Tokenizer processes (default: CPU count); one shard each."
-    ),
-    text_key: str = typer.Option(
-        None,
+]
+OutputOpt = Annotated[
+    Path, typer.Option("-o", "--output", metavar="DIR", help="Output dataset folder.")
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", help="Tokenizer processes (default: CPU count); one shard each.")
+]
+TextKeyOpt = Annotated[
+    str,
+    typer.Option(
         "--text-key",
         metavar="KEY",
         help="Field holding the text (chat: the turns). [default: text; messages]",
     ),
-    data_format: str = typer.Option(
-        "text",
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
         "--format",
         help="text: a document per record. chat: a 'messages' list of role/content turns per "
         "record, with a loss mask on the assistant turns.",
     ),
-    chat_template: str = typer.Option(
-        "auto",
+]
+ChatTemplateOpt = Annotated[
+    str,
+    typer.Option(
         "--chat-template",
         metavar="TEMPLATE",
         help="chat: the template the turns are rendered with: auto (the tokenizer's own chat "
         "template, else chatml), a built-in name (chatml) or a Jinja file.",
     ),
-    overlong: str = typer.Option(
-        "truncate",
+]
+OverlongOpt = Annotated[
+    str,
+    typer.Option(
         "--overlong",
         help="chat with --seq-length: truncate or drop a longer conversation.",
         autocompletion=choices("truncate", "drop"),
     ),
-    add_bos: bool = typer.Option(
-        None,
+]
+AddBosOpt = Annotated[
+    bool,
+    typer.Option(
         "--add-bos/--no-add-bos",
         help="BOS before each document (default: no; yes with --fla-aligned).",
     ),
-    add_eos: bool = typer.Option(
-        None,
+]
+AddEosOpt = Annotated[
+    bool,
+    typer.Option(
         "--add-eos/--no-add-eos",
         help="EOS after each document (default: yes; no with --fla-aligned).",
     ),
-    seq_length: int = typer.Option(
-        None, "--seq-length", help="Row length for --fla-aligned; chat: the longest conversation."
+]
+SeqLengthOpt = Annotated[
+    int,
+    typer.Option(
+        "--seq-length", help="Row length for --fla-aligned; chat: the longest conversation."
     ),
-    fla_aligned: bool = typer.Option(
-        False,
+]
+FlaAlignedOpt = Annotated[
+    bool,
+    typer.Option(
         "--fla-aligned",
         help="Reproduce FLA's preprocessing: BOS per doc, no EOS, "
         "concatenated and cut into --seq-length rows.",
     ),
-    valid_fraction: float = typer.Option(
-        0.0,
+]
+ValidFractionOpt = Annotated[
+    float,
+    typer.Option(
         "--valid-fraction",
         metavar="FRACTION",
         help="Fraction of documents (rows with --fla-aligned) held out as a 'valid' split.",
     ),
-    skip_bad: bool = typer.Option(
-        False,
+]
+SkipBadOpt = Annotated[
+    bool,
+    typer.Option(
         "--skip-bad",
         help="Skip malformed records and count them in the manifest instead of stopping.",
     ),
-    shard_size_mb: int = typer.Option(256, "--shard-size", help="Input MB per shard."),
-    demo: bool = typer.Option(
-        False,
+]
+ShardSizeOpt = Annotated[int, typer.Option("--shard-size", help="Input MB per shard.")]
+DemoOpt = Annotated[
+    bool,
+    typer.Option(
         "--demo",
         help="Build the bundled demo dataset (State of the Union + Wikipedia, GPT-2 tokenizer); "
         "with --format chat, the demo conversations (GSM8K problems and worked answers).",
     ),
-    verify: Path = typer.Option(
-        None, "--verify", help="Check a prepared dataset; exit 3 on a mismatch."
-    ),
-    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+]
+VerifyOpt = Annotated[
+    Path, typer.Option("--verify", help="Check a prepared dataset; exit 3 on a mismatch.")
+]
+
+
+@guarded
+def prepare(
+    inputs: InputsArg = None,
+    tokenizer: TokenizerOpt = None,
+    output: OutputOpt = None,
+    workers: WorkersOpt = None,
+    text_key: TextKeyOpt = None,
+    data_format: FormatOpt = "text",
+    chat_template: ChatTemplateOpt = "auto",
+    overlong: OverlongOpt = "truncate",
+    add_bos: AddBosOpt = None,
+    add_eos: AddEosOpt = None,
+    seq_length: SeqLengthOpt = None,
+    fla_aligned: FlaAlignedOpt = False,
+    valid_fraction: ValidFractionOpt = 0.0,
+    skip_bad: SkipBadOpt = False,
+    shard_size_mb: ShardSizeOpt = 256,
+    demo: DemoOpt = False,
+    verify: VerifyOpt = None,
+    json_out: JsonOpt = False,
 ) -> None:
     """Tokenize corpora into megatron .bin/.idx datasets with a manifest (resumable)."""
     require("prepare")
@@ -114,19 +160,12 @@ def prepare(
 
     with lock.hold(output, "prepare", err):  # one writer per output folder (the demo's too)
         if demo:
-            if inputs or tokenizer:
-                raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
-            from zebractl.data import demo as demo_mod
-
-            write = demo_mod.write_chat_sources if data_format == "chat" else demo_mod.write_sources
-            inputs = [str(p) for p in write(output / "sources")]
-            tokenizer = str(demo_mod.tokenizer_dir())
+            inputs, tokenizer = _demo_inputs(output, data_format, inputs, tokenizer)
         if not inputs:
             raise ConfigError("no INPUT given (files, folders or globs), or use --demo")
         if not tokenizer:
             raise ConfigError("--tokenizer is required (a local tokenizer file or folder)")
         from zebractl.data.prepare import PrepareOptions
-        from zebractl.data.prepare import prepare as run
 
         opts = PrepareOptions(
             inputs=tuple(inputs),
@@ -145,13 +184,39 @@ def prepare(
             overlong=overlong,
         )
         n = workers or os.cpu_count() or 1
-        with _progress(enabled=not json_out and sys.stderr.isatty()) as on_progress:
-            manifest = run(opts, workers=n, on_progress=on_progress)
+        manifest = _run(opts, n, progress=not json_out and sys.stderr.isatty())
     if json_out:
         from zebractl.schemas.reports import PrepareReport
 
         emit_json(PrepareReport.model_validate({"output": str(output), "manifest": manifest}))
         return
+    _print(manifest, output, n)
+
+
+def _demo_inputs(
+    output: Path, data_format: str, inputs: list[str] | None, tokenizer: str | None
+) -> tuple[list[str], str]:
+    """--demo: the demo sources written under OUTPUT/sources, and the demo tokenizer."""
+    from zebractl.errors import ConfigError
+
+    if inputs or tokenizer:
+        raise ConfigError("--demo brings its own inputs and tokenizer; give only --output")
+    from zebractl.data import demo as demo_mod
+
+    write = demo_mod.write_chat_sources if data_format == "chat" else demo_mod.write_sources
+    return [str(p) for p in write(output / "sources")], str(demo_mod.tokenizer_dir())
+
+
+def _run(opts: Any, workers: int, progress: bool) -> dict[str, Any]:
+    """:func:`zebractl.data.prepare.prepare` with a progress bar when asked; its manifest."""
+    from zebractl.data.prepare import prepare as run
+
+    with _progress(enabled=progress) as on_progress:
+        return run(opts, workers=workers, on_progress=on_progress)
+
+
+def _print(manifest: dict[str, Any], output: Path, n: int) -> None:
+    """What prepare wrote: totals and rate, resumed shards, skips, chat, tokenizer."""
     t, run_info = manifest["totals"], manifest["run"]
     secs = max(run_info["seconds"], 1e-9)
     rate = (
@@ -188,24 +253,23 @@ def prepare(
 
 
 def _verify(folder: Path, json_out: bool) -> None:
+    """--verify DIR: the report on stdout (--json) or one line and the problems; exit 3 if any."""
     from zebractl.data.verify import verify
 
     report = verify(folder)
     if json_out:
-        from zebractl.schemas.reports import VerifyReport
-
-        emit_json(VerifyReport.model_validate({"folder": str(folder), **report}))
+        emit_json(report)
     else:
-        c = report["checked"]
-        status = "ok" if report["ok"] else "FAILED"
+        c = report.checked
+        status = "ok" if report.ok else "FAILED"
         print(
-            f"verify {folder}: {status} ({c['outputs']} shard files, {c['documents']:,} "
-            f"documents, {c['tokens']:,} tokens, max id {c['max_token_id']} < vocab "
-            f"{c['vocab_size']:,}, {c['dtype']})"
+            f"verify {folder}: {status} ({c.outputs} shard files, {c.documents:,} "
+            f"documents, {c.tokens:,} tokens, max id {c.max_token_id} < vocab "
+            f"{c.vocab_size:,}, {c.dtype})"
         )
-        for p in report["problems"]:
+        for p in report.problems:
             err(f"  {p}")
-    if not report["ok"]:
+    if not report.ok:
         raise CheckFailed("")
 
 

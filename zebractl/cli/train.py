@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from zebractl.cli._common import (
     EXIT_CHECK,
     JSON_HELP,
-    SET_HELP,
-    complete_recipe,
-    complete_set,
+    RecipeArg,
+    SetOpt,
     emit_json,
     err,
     guarded,
@@ -31,47 +30,62 @@ STOP_HINT = {
 }
 
 
-@guarded
-def train(
-    recipe: str = typer.Argument(
-        ..., help="Recipe: shipped name or .yaml path.", autocompletion=complete_recipe
-    ),
-    set_: list[str] = typer.Option(
-        [], "--set", help=SET_HELP, metavar="KEY=VALUE", autocompletion=complete_set
-    ),
-    output: Path = typer.Option(
-        None,
+OutputOpt = Annotated[
+    Path,
+    typer.Option(
         "-o",
         "--output",
         metavar="RUN",
         help="Run directory (default: the recipe's output_dir).",
     ),
-    init_from: Path = typer.Option(
-        None,
+]
+InitFromOpt = Annotated[
+    Path,
+    typer.Option(
         "--init-from",
         help="Start from a checkpoint's weights (or a Hugging Face folder's: a zebractl export or "
         "an FLA KDA/GDN checkpoint) with a fresh optimizer and schedule (finetune).",
     ),
-    reference: str = typer.Option(
-        None,
+]
+ReferenceOpt = Annotated[
+    str,
+    typer.Option(
         "--reference",
         help="fla: train FLA's own model class (pure KDA/GDN) from the same initial weights on "
         "the same samples, into RUN-fla-reference (the other side of `zebractl compare`).",
     ),
-    check: bool = typer.Option(
-        False,
+]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
         "--check",
         help="Run every pre-flight check (config, engine, GPUs, data, tokenizer, memory, disk) and "
         "exit without training; what this machine cannot check is listed as not checked.",
     ),
-    nproc: int = typer.Option(
-        None, "--nproc", metavar="N", help="GPUs on this node, at least 1 (starts torchrun)."
-    ),
-    slurm: bool = typer.Option(False, "--slurm", help="Write an sbatch script."),
-    submit: bool = typer.Option(False, "--submit", help="Submit the sbatch script."),
-    json_out: bool = typer.Option(
-        False, "--json", help=JSON_HELP + " Progress lines go to stderr."
-    ),
+]
+NprocOpt = Annotated[
+    int,
+    typer.Option("--nproc", metavar="N", help="GPUs on this node, at least 1 (starts torchrun)."),
+]
+SlurmOpt = Annotated[bool, typer.Option("--slurm", help="Write an sbatch script.")]
+SubmitOpt = Annotated[bool, typer.Option("--submit", help="Submit the sbatch script.")]
+TrainJsonOpt = Annotated[
+    bool, typer.Option("--json", help=JSON_HELP + " Progress lines go to stderr.")
+]
+
+
+@guarded
+def train(
+    recipe: RecipeArg,
+    set_: SetOpt = (),
+    output: OutputOpt = None,
+    init_from: InitFromOpt = None,
+    reference: ReferenceOpt = None,
+    check: CheckOpt = False,
+    nproc: NprocOpt = None,
+    slurm: SlurmOpt = False,
+    submit: SubmitOpt = False,
+    json_out: TrainJsonOpt = False,
 ) -> None:
     """Train a recipe on one device, on --nproc GPUs (torchrun), or through Slurm (--slurm).
 
@@ -79,7 +93,7 @@ def train(
     130 / 143 / 138; rerunning the same command resumes.
     """
     require("train")
-    from zebractl.train.launch import TrainRequest, start
+    from zebractl.train.launch import TrainRequest, report, start
     from zebractl.train.progress import wants_bar
 
     req = TrainRequest(
@@ -113,34 +127,7 @@ def train(
                 "(rerun the same command)"
             )
     if json_out:
-        from zebractl.schemas.reports import TrainReport
-
-        emit_json(
-            TrainReport(
-                launched=out.kind,
-                run_dir=str(out.run_dir),
-                exit_code=out.exit_code,
-                metrics=str(out.metrics),
-                script=str(out.script) if out.script else None,
-                **(
-                    {
-                        "stopped": res.stopped,
-                        "iterations": res.iterations,
-                        "resumed_from": res.resumed_from,
-                        "final_loss": res.final_loss,
-                        "val_loss": res.val_loss,
-                        "skipped": res.skipped,
-                        "checkpoint": str(res.checkpoint) if res.checkpoint else None,
-                        "total_iterations": res.total,
-                        "tokens": res.tokens,
-                        "wall_seconds": res.wall_s,
-                        "mean_tokens_per_s": res.tokens_per_s,
-                    }
-                    if res is not None
-                    else {}
-                ),
-            )
-        )
+        emit_json(report(out))
     if out.exit_code:
         raise typer.Exit(out.exit_code)
 
@@ -160,29 +147,16 @@ def _summary(res: RunResult) -> str:
 
 
 def _check(req: TrainRequest, json_out: bool) -> None:
-    from zebractl.train.check import preflight
-    from zebractl.train.launch import resolve_request
+    """--check: the pre-flight checks (a line each, or the report); exit 3 if one failed."""
+    from zebractl.train.check import check
 
-    recipe = req.recipe
-    # the same validation and resolution as a real train (--nproc, --reference, GPU count, run dir)
-    resolved = resolve_request(req, world=None)
-    checks = preflight(resolved.resolved.run, resolved.run.checkpoints)
-    ok = all(c.status != "failed" for c in checks)
+    report = check(req)
     if json_out:
-        from zebractl.schemas.reports import PreflightCheck, TrainCheckReport
-
-        emit_json(
-            TrainCheckReport(
-                recipe=recipe,
-                ok=ok,
-                checks=[
-                    PreflightCheck(name=c.name, status=c.status, detail=c.detail) for c in checks
-                ],
-            )
-        )
+        emit_json(report)
     else:
-        for c in checks:
+        for c in report.checks:
             print(f"{c.name:<7} {c.status:<12} {c.detail}")
-    if not ok:
-        err(f"train --check: {', '.join(c.name for c in checks if c.status == 'failed')} failed")
+    if not report.ok:
+        failed = ", ".join(c.name for c in report.checks if c.status == "failed")
+        err(f"train --check: {failed} failed")
         raise typer.Exit(EXIT_CHECK)

@@ -50,6 +50,7 @@ def warmup(
     require("warmup")
     from zebractl.config.catalog import reference
     from zebractl.config.resolve import resolve_recipe
+    from zebractl.train.warmup import report
     from zebractl.train.warmup import warmup as run
 
     say = err if json_out else print
@@ -63,20 +64,4 @@ def warmup(
         f"{res.cache}"
     )
     if json_out:
-        from zebractl.schemas.reports import WarmupReport
-
-        emit_json(
-            WarmupReport(
-                recipe=r.name,
-                cache=res.cache,
-                stack=res.stack,
-                shipped=res.shipped,
-                seconds={str(k): v for k, v in res.seconds.items()},
-                tuned_before=before["tuned"],
-                tuned_after=after["tuned"],
-                compiled_before=before["compiled"],
-                compiled_after=after["compiled"],
-                exported=str(res.exported) if res.exported else None,
-                exported_files=res.exported_files,
-            )
-        )
+        emit_json(report(r.name, res))

@@ -27,10 +27,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zebractl.errors import ConfigError, first_line
 from zebractl.util import flatten
+
+if TYPE_CHECKING:
+    from zebractl.schemas.reports import CompareReport
 
 TOLERANCES = {"iteration1_abs": 1e-3, "last_half_pct": 1.0, "eval_pp": 1.0}
 """Defaults of --assert: iteration-1 |Δloss|, last-half mean |Δ%| of the loss, eval mean |Δ| (pp)."""
@@ -528,6 +531,16 @@ def checks(data: dict[str, Any], tolerances: dict[str, float]) -> list[dict[str,
         out.append({"name": key, "what": what, "value": v, "tolerance": tolerances[key],
                     "ok": v <= tolerances[key]})  # fmt: skip
     return out
+
+
+def report(data: dict[str, Any], tolerances: dict[str, float]) -> CompareReport:
+    """The :class:`~zebractl.schemas.reports.CompareReport` of :func:`compare`'s ``data`` with its
+    :func:`checks` (``passed`` is None for a fine-tune pair); no files written yet."""
+    from zebractl.schemas.reports import CompareReport
+
+    found = checks(data, tolerances)
+    passed = None if data["kind"] == "finetune" else all(c["ok"] for c in found)
+    return CompareReport(**data, checks=found, passed=passed, files=[])
 
 
 def parse_tolerances(items: list[str]) -> dict[str, float]:

@@ -20,7 +20,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from zebractl.hf.load import (
     load_hf_state,
 )
 from zebractl.schemas.recipe import RunConfig
+from zebractl.schemas.reports import ConvertReport
 
 Tensor = torch.Tensor
 
@@ -181,23 +182,6 @@ def export_format(cfg: RunConfig, fmt: str) -> str:
     return fmt if fmt != "auto" else ("fla" if fam is not None else "zebra")
 
 
-@dataclass
-class ExportResult:
-    output: Path
-    format: str
-    architecture: str
-    iteration: int
-    dtype: str
-    tensors: int
-    parameters: int
-    bytes: int
-    shards: list[str]
-    tokenizer: str | None
-    seconds: float
-    peak_rss_gib: float | None
-    files: list[str] = field(default_factory=list)
-
-
 def write_safetensors(tensors: dict[str, Tensor], folder: Path, max_shard_bytes: int) -> list[str]:
     """``model.safetensors``, or shards + ``model.safetensors.index.json`` above the limit."""
     from safetensors.torch import save_file
@@ -278,7 +262,8 @@ def _peak_rss_gib() -> float | None:
         return None
 
 
-def model_card(src: Source, res: ExportResult, model_class: str, fmt: str = "fla") -> str:
+def model_card(src: Source, res: ConvertReport, model_class: str, fmt: str = "fla") -> str:
+    """The README.md of an export ``res`` of ``src`` (``res.files`` and timings not yet known)."""
     m = src.cfg.model
     tokens = src.checkpoint.marker.consumed_samples * src.cfg.data.seq_length
     loss = _final_loss(src.run_root, src.iteration)
@@ -323,8 +308,8 @@ tags: [zebractl, flash-linear-attention, {res.architecture.replace("+", ", ")}]
 {register}
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-model = AutoModelForCausalLM.from_pretrained("{res.output.name}")
-tokenizer = AutoTokenizer.from_pretrained("{res.output.name}")
+model = AutoModelForCausalLM.from_pretrained("{Path(res.output).name}")
+tokenizer = AutoTokenizer.from_pretrained("{Path(res.output).name}")
 ```
 
 {note}; `zebractl verify` checks this folder against the checkpoint.
@@ -401,8 +386,8 @@ def export_hf(
     fmt: str = "auto",
     max_shard_bytes: int = SHARD_BYTES,
     console: Callable[[str], None] = print,
-) -> ExportResult:
-    """Write the Hugging Face folder of a checkpoint (see the module docstring)."""
+) -> ConvertReport:
+    """Write the Hugging Face folder of a checkpoint (see the module docstring); its report."""
     from zebractl.hf import mapping
 
     output = Path(output)
@@ -440,8 +425,8 @@ def export_hf(
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
         tokenizer = str(tok_dir)
-    res = ExportResult(
-        output=output,
+    res = ConvertReport(
+        output=str(output),
         format=fmt,
         architecture=fam,
         iteration=src.iteration,
@@ -451,6 +436,7 @@ def export_hf(
         bytes=sum(v.numel() * v.element_size() for v in theirs.values()),
         shards=shards,
         tokenizer=tokenizer,
+        files=[],
         seconds=0.0,
         peak_rss_gib=None,
     )
@@ -458,30 +444,23 @@ def export_hf(
     if output.exists():
         output.rmdir()  # empty (checked above)
     tmp.rename(output)
-    res.files = sorted(p.name for p in output.iterdir())
-    res.seconds = time.perf_counter() - t0
-    res.peak_rss_gib = _peak_rss_gib()
-    return res
+    return res.model_copy(
+        update={
+            "files": sorted(p.name for p in output.iterdir()),
+            "seconds": time.perf_counter() - t0,
+            "peak_rss_gib": _peak_rss_gib(),
+        }
+    )
 
 
 # ---- import: a Hugging Face folder (ours or FLA's) -> our weights ----------------------------------
 
 
-@dataclass
-class ImportResult:
-    output: Path
-    checkpoint: Path
-    architecture: str
-    tensors: int
-    parameters: int
-    seconds: float
-
-
 def import_hf(
     folder: Path, output: Path, *, preset: str | None = None, console: Callable[[str], None] = print
-) -> ImportResult:
+) -> ConvertReport:
     """Write an HF folder (ours or FLA's) as a zebractl checkpoint folder for ``--init-from``:
-    ``OUTPUT/iter_0000000`` (:func:`write_weights`)."""
+    ``OUTPUT/iter_0000000`` (:func:`write_weights`); its report."""
     t0 = time.perf_counter()
     folder, output = Path(folder), Path(output)
     if not is_hf_folder(folder):
@@ -498,9 +477,10 @@ def import_hf(
     return write_weights(m, sd, output, t0)
 
 
-def write_weights(m: Any, sd: dict[str, Tensor], output: Path, t0: float) -> ImportResult:
+def write_weights(m: Any, sd: dict[str, Tensor], output: Path, t0: float) -> ConvertReport:
     """Write our-named weights ``sd`` of model ``m`` as ``OUTPUT/iter_0000000`` (megatron
-    torch_dist, weights only, with its marker): what every import ends with."""
+    torch_dist, weights only, with its marker): what every import ends with. The report's
+    ``output`` is that checkpoint folder (fp32, iteration 0)."""
     from zebractl import __version__
     from zebractl.model.model import build_model
     from zebractl.run import checkpoint as ckpt
@@ -516,11 +496,19 @@ def write_weights(m: Any, sd: dict[str, Tensor], output: Path, t0: float) -> Imp
         )
         state = {"model": model.sharded_state_dict(metadata=ckpt.sharded_metadata())}
         final = ckpt.save(output, 0, state, marker, keep_last=0, is_writer=True)
-    return ImportResult(
-        output=output,
-        checkpoint=final,
+    parameters = sum(v.numel() for v in sd.values())
+    return ConvertReport(
+        output=str(final),
+        format="megatron",
         architecture=architecture(m),
+        iteration=0,
+        dtype="fp32",
         tensors=len(sd),
-        parameters=sum(v.numel() for v in sd.values()),
+        parameters=parameters,
+        bytes=4 * parameters,
+        shards=[],
+        tokenizer=None,
+        files=sorted(p.name for p in final.iterdir()),
         seconds=time.perf_counter() - t0,
+        peak_rss_gib=None,
     )

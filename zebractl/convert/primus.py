@@ -35,6 +35,7 @@ from zebractl.errors import ConfigError
 from zebractl.hf.mapping import MappingError
 from zebractl.layout.mamba2 import MAMBA2_MIXER_TENSORS
 from zebractl.schemas.preset import ModelConfig
+from zebractl.schemas.reports import ConvertReport
 
 Tensor = torch.Tensor
 
@@ -281,9 +282,10 @@ def import_primus(
     *,
     preset: str | None,
     console: Callable[[str], None] = print,
-) -> Any:
+) -> ConvertReport:
     """Write a Primus checkpoint (``path``: see :func:`find_file`) as a zebractl checkpoint folder
-    ``OUTPUT/iter_0000000`` for ``train --init-from``; ``preset`` names its architecture."""
+    ``OUTPUT/iter_0000000`` for ``train --init-from``; ``preset`` names its architecture. Returns
+    the report of :func:`zebractl.convert.hf.write_weights`."""
     import time
 
     from zebractl.config.resolve import resolve_preset

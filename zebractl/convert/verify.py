@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from zebractl.errors import ConfigError
+from zebractl.schemas.reports import ModelVerifyReport, VerifyTier
 
 LOGITS_RTOL_FP32 = 1e-5
 """Tier 3 on CPU in fp32: max |ours - theirs| / max |theirs|."""
@@ -35,19 +36,16 @@ LOGITS_RTOL_BF16 = 2e-2
 TIERS = ("structure", "weights", "logits", "generation")
 
 
-@dataclass
-class Tier:
-    name: str
-    status: str  # "pass" | "fail" | "not run"
-    detail: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
+def _tier(name: str, status: str, detail: str, metrics: dict[str, Any] | None = None) -> VerifyTier:
+    return VerifyTier(name=name, status=status, detail=detail, metrics=metrics or {})
 
 
-def _fail(name: str, problems: list[str], **metrics: Any) -> Tier:
+def _fail(name: str, problems: list[str], **metrics: Any) -> VerifyTier:
+    """A failed tier naming its first five problems."""
     shown = "; ".join(problems[:5]) + (
         f"; ... {len(problems) - 5} more" if len(problems) > 5 else ""
     )
-    return Tier(name, "fail", shown, metrics)
+    return _tier(name, "fail", shown, metrics)
 
 
 def documents(cfg: Any, held_out: bool = False) -> Iterator[list[int]]:
@@ -123,21 +121,47 @@ def verify(
     gen_tokens: int = 32,
     device: str = "auto",
     console: Callable[[str], None] = print,
-) -> tuple[Any, list[Tier]]:
-    """Run the tiers; returns the source and one :class:`Tier` per tier."""
-    import json
-
-    from zebractl.convert.hf import (
-        DTYPES,
-        load_model,
-        mla_rope,
-        model_state,
-        open_source,
-        zebra_config,
-    )
+) -> ModelVerifyReport:
+    """Run the tiers (see the module docstring); the report holds one :class:`VerifyTier` each."""
+    from zebractl.convert.hf import load_model, mla_rope, model_state, open_source
     from zebractl.hf import mapping
-    from zebractl.hf.load import config_problems, folder_format, model_differences, read_safetensors
+    from zebractl.hf.load import folder_format, read_safetensors
 
+    device = _check_options(device, tokens, gen_tokens)
+    converted = Path(converted)
+    config = _read_config(converted)
+    src = open_source(source)
+    m = src.cfg.model
+    fmt = folder_format(config)
+    if fmt == "fla":
+        try:
+            mapping.family(m)
+        except mapping.MappingError as exc:
+            raise ConfigError(f"verify: {exc}") from None
+    theirs = read_safetensors(converted)
+    model = load_model(src)
+    ours, rope = model_state(model), mla_rope(model)
+    del model
+    expected = mapping.to_hf(ours, m, fmt, keep_padding=True)
+    tiers = [_structure(config, m, fmt, rope, expected, theirs)]
+    if tiers[-1].status == "pass":
+        tiers.append(_weights(m, fmt, ours, expected, theirs))
+    if tiers[-1].status == "pass":
+        tiers += _forward(src, converted, fmt, theirs, device, tokens, gen_tokens)
+    done = {t.name for t in tiers}
+    tiers += [_tier(n, "not run", "an earlier tier failed") for n in TIERS if n not in done]
+    failed = next((t for t in tiers if t.status == "fail"), None)
+    return ModelVerifyReport(
+        source=str(src.checkpoint.folder),
+        converted=str(converted),
+        ok=failed is None,
+        first_failure=failed.name if failed else None,
+        tiers=tiers,
+    )
+
+
+def _check_options(device: str, tokens: int, gen_tokens: int) -> str:
+    """The device to run tiers 3 and 4 on (``auto`` resolved); usage errors raise."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
@@ -146,29 +170,32 @@ def verify(
         raise ConfigError(
             f"--tokens must be between 2 and {MAX_TOKENS} and the generation length at least 1"
         )
-    converted = Path(converted)
+    return device
+
+
+def _read_config(converted: Path) -> dict[str, Any]:
+    """The ``config.json`` of the converted folder (usage error when absent or not JSON)."""
+    import json
+
     if not (converted / "config.json").is_file():
         raise ConfigError(f"{converted}: no config.json (not a Hugging Face folder)")
     try:
-        config = json.loads((converted / "config.json").read_text())
+        return json.loads((converted / "config.json").read_text())
     except ValueError as exc:
         raise ConfigError(f"{converted / 'config.json'}: not JSON ({exc})") from None
-    src = open_source(source)
-    m = src.cfg.model
-    fmt = folder_format(config)
-    if fmt == "fla":
-        try:
-            fam = mapping.family(m)
-        except mapping.MappingError as exc:
-            raise ConfigError(f"verify: {exc}") from None
-    theirs = read_safetensors(converted)
-    model = load_model(src)
-    ours, rope = model_state(model), mla_rope(model)
-    del model
-    expected = mapping.to_hf(ours, m, fmt, keep_padding=True)
-    tiers: list[Tier] = []
 
-    # ---- 1. structure
+
+def _structure(
+    config: dict[str, Any],
+    m: Any,
+    fmt: str,
+    rope: dict[str, Any] | None,
+    expected: dict[str, torch.Tensor],
+    theirs: dict[str, torch.Tensor],
+) -> VerifyTier:
+    """Tier 1: keys, shapes, one export dtype, and the config's values."""
+    from zebractl.convert.hf import DTYPES
+
     problems = [f"missing {k}" for k in sorted(set(expected) - set(theirs))]
     problems += [f"unexpected {k}" for k in sorted(set(theirs) - set(expected))]
     problems += [
@@ -179,126 +206,176 @@ def verify(
     dtypes = {str(v.dtype) for v in theirs.values()}
     if len(dtypes) > 1:
         problems.append(f"mixed dtypes {sorted(dtypes)}")
-    if fmt == "fla":
-        want_type = {"kda": "kda", "gdn": "gated_deltanet"}[fam]
-        if config.get("model_type") != want_type:
-            problems.append(
-                f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
-            )
-        problems += config_problems(config, mapping.fla_config(m, keep_padding=True))
-    else:
-        problems += [
+    problems += _config_problems(config, m, fmt, rope)
+    if problems:
+        return _fail("structure", problems)
+    dt = next(iter(theirs.values())).dtype if theirs else torch.float32
+    if dt not in DTYPES.values():
+        return _fail("structure", [f"dtype {dt} is not an export dtype"])
+    return _tier(
+        "structure", "pass", f"{len(theirs)} tensors, {dtypes.pop()}", {"tensors": len(theirs)}
+    )
+
+
+def _config_problems(
+    config: dict[str, Any], m: Any, fmt: str, rope: dict[str, Any] | None
+) -> list[str]:
+    """How ``config.json`` differs from what the export of model ``m`` writes."""
+    from zebractl.convert.hf import zebra_config
+    from zebractl.hf import mapping
+    from zebractl.hf.load import config_problems, model_differences
+
+    if fmt != "fla":
+        return [
             f"config.json {d}"
             for k, v in zebra_config(m, rope).items()
             for d in model_differences(config.get(k), v, f"{k}.")
         ]
-    tiers.append(
-        _fail("structure", problems)
-        if problems
-        else Tier(
-            "structure", "pass", f"{len(theirs)} tensors, {dtypes.pop()}", {"tensors": len(theirs)}
+    problems = []
+    want_type = {"kda": "kda", "gdn": "gated_deltanet"}[mapping.family(m)]
+    if config.get("model_type") != want_type:
+        problems.append(
+            f"config.json model_type is {config.get('model_type')!r}, expected {want_type!r}"
         )
-    )
+    return problems + config_problems(config, mapping.fla_config(m, keep_padding=True))
+
+
+def _weights(
+    m: Any,
+    fmt: str,
+    ours: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    theirs: dict[str, torch.Tensor],
+) -> VerifyTier:
+    """Tier 2: every tensor bitwise in the export dtype, mapped both ways."""
+    from zebractl.hf import mapping
+
     dt = next(iter(theirs.values())).dtype if theirs else torch.float32
-    if dt not in DTYPES.values() and tiers[-1].status == "pass":
-        tiers[-1] = _fail("structure", [f"dtype {dt} is not an export dtype"])
+    diff = [k for k, v in expected.items() if not _bitwise_equal(theirs[k], v.to(dt))]
+    back = mapping.from_hf(theirs, m, fmt)
+    for k, v in ours.items():
+        if not _bitwise_equal(back[k], v.to(dt)):
+            diff.append(f"{k} (round trip)")
+    if diff:
+        return _fail("weights", [f"{k} differs" for k in diff], differing=len(diff))
+    return _tier("weights", "pass", f"bitwise in {str(dt).removeprefix('torch.')}, both directions")
 
-    # ---- 2. weights
+
+@dataclass
+class _Pair:
+    """Our model on the export's weights and the exported class, ready for tiers 3 and 4."""
+
+    ours: Any
+    hf: Any
+    """None when ``from_pretrained`` failed."""
+    reference: Callable[[], Any]
+    """The context the forwards run in (FLA's references for FLA's classes on CPU)."""
+    device: str
+    dtype: torch.dtype
+
+
+def _load_pair(src: Any, converted: Path, fmt: str, theirs: dict, device: str) -> tuple[_Pair, str]:
+    """Both models (see :class:`_Pair`); and why ``from_pretrained`` failed, or ``""``."""
+    import contextlib
+
+    from zebractl.hf import mapping
+    from zebractl.model.model import build_model
+    from zebractl.runtime.fla_cpu import on_cpu
+
+    m = src.cfg.model
+    gpu = device == "cuda"
+    dtype = torch.bfloat16 if gpu else torch.float32
+    backend = "auto" if gpu else "torch"
+    kernels = src.cfg.kernels.model_copy(update={"backend": backend, "fp8_mlp": "off"})
+    model = build_model(m, kernels=kernels, device=device, params_dtype=dtype).eval()
+    model.load_state_dict(
+        {k: v.to(dtype) for k, v in mapping.from_hf(theirs, m, fmt).items()}, strict=False
+    )
+    if fmt == "fla":
+        import fla  # noqa: F401 - registers FLA's classes with the auto classes
+    else:
+        import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM with the auto classes
+    from transformers import AutoModelForCausalLM
+
+    # FLA's classes on CPU run through FLA's own references; ZebraForCausalLM picks its
+    # backend from the device (the torch references on CPU) by itself
+    reference = contextlib.nullcontext if gpu or fmt == "zebra" else on_cpu
+    error = ""
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype).to(device).eval()
+    except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3
+        hf, error = None, f"from_pretrained failed: {exc}"
+    return _Pair(model, hf, reference, device, dtype), error
+
+
+def _forward(
+    src: Any,
+    converted: Path,
+    fmt: str,
+    theirs: dict[str, torch.Tensor],
+    device: str,
+    tokens: int,
+    gen_tokens: int,
+) -> list[VerifyTier]:
+    """Tiers 3 and 4 on the run's real text (tier 4 only when tier 3 passed)."""
+    ids = real_tokens(src.cfg, tokens).to(device)
+    pair, error = _load_pair(src, converted, fmt, theirs, device)
+    if error:
+        return [_fail("logits", [error])]
+    tiers = [_logits(pair, ids)]
     if tiers[-1].status == "pass":
-        diff = [k for k, v in expected.items() if not _bitwise_equal(theirs[k], v.to(dt))]
-        back = mapping.from_hf(theirs, m, fmt)
-        for k, v in ours.items():
-            if not _bitwise_equal(back[k], v.to(dt)):
-                diff.append(f"{k} (round trip)")
-        tiers.append(
-            _fail("weights", [f"{k} differs" for k in diff], differing=len(diff))
-            if diff
-            else Tier(
-                "weights", "pass", f"bitwise in {str(dt).removeprefix('torch.')}, both directions"
-            )
+        tiers.append(_generation(pair, ids, gen_tokens, src.cfg.model.padded_vocab_size, fmt))
+    return tiers
+
+
+def _logits(pair: _Pair, ids: torch.Tensor) -> VerifyTier:
+    """Tier 3: max |ours - theirs| / max |theirs| on ``ids`` within the dtype's tolerance."""
+    import math
+
+    tol = LOGITS_RTOL_BF16 if pair.dtype == torch.bfloat16 else LOGITS_RTOL_FP32
+    with torch.no_grad(), pair.reference():
+        a = pair.ours(ids).float()
+        b = pair.hf(input_ids=ids).logits.float()
+    rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+    device = pair.device
+    metrics = {
+        "max_rel_err": rel if math.isfinite(rel) else None,  # JSON has no NaN
+        "tolerance": tol,
+        "tokens": ids.shape[1],
+        "device": device,
+        "dtype": str(pair.dtype).removeprefix("torch."),
+    }
+    if rel <= tol:
+        detail = f"max rel err {rel:.2e} on {ids.shape[1]} tokens ({device})"
+        return _tier("logits", "pass", detail, metrics)
+    return _fail("logits", [f"max rel err {rel:.2e} > {tol:.0e} ({device})"], **metrics)
+
+
+def _generation(
+    pair: _Pair, ids: torch.Tensor, gen_tokens: int, vocab: int, fmt: str
+) -> VerifyTier:
+    """Tier 4: greedy decoding of ``gen_tokens`` tokens from a prompt of ``ids`` agrees."""
+    prompt = ids[:, : max(1, min(16, ids.shape[1] - 1))]
+    mine = _greedy_ours(pair.ours, prompt, gen_tokens, vocab)
+    with torch.no_grad(), pair.reference(), warnings.catch_warnings():
+        # FLA 0.6.0's prepare_inputs_for_generation uses a keyword transformers deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        out = pair.hf.generate(
+            prompt,
+            max_new_tokens=gen_tokens,
+            do_sample=False,
+            # ZebraForCausalLM decodes with its cache (the path users take); FLA's
+            # classes recompute (their cache on FLA's CPU references is not ours to test)
+            use_cache=fmt == "zebra",
+            min_new_tokens=gen_tokens,
+            pad_token_id=0,
         )
-
-    # ---- 3. logits, 4. generation
-    if tiers[-1].status == "pass":
-        import contextlib
-
-        from zebractl.model.model import build_model
-        from zebractl.runtime.fla_cpu import on_cpu
-
-        gpu = device == "cuda"
-        dtype, tol = (
-            (torch.bfloat16, LOGITS_RTOL_BF16) if gpu else (torch.float32, LOGITS_RTOL_FP32)
-        )
-        ids = real_tokens(src.cfg, tokens).to(device)
-        backend = "auto" if gpu else "torch"
-        kernels = src.cfg.kernels.model_copy(update={"backend": backend, "fp8_mlp": "off"})
-        model = build_model(m, kernels=kernels, device=device, params_dtype=dtype).eval()
-        model.load_state_dict(
-            {k: v.to(dtype) for k, v in mapping.from_hf(theirs, m, fmt).items()}, strict=False
-        )
-        if fmt == "fla":
-            import fla  # noqa: F401 - registers FLA's classes with the auto classes
-        else:
-            import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM with the auto classes
-        from transformers import AutoModelForCausalLM
-
-        # FLA's classes on CPU run through FLA's own references; ZebraForCausalLM picks its
-        # backend from the device (the torch references on CPU) by itself
-        reference = contextlib.nullcontext if gpu or fmt == "zebra" else on_cpu
-        try:
-            hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype).to(device).eval()
-        except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3
-            hf = None
-            tiers.append(_fail("logits", [f"from_pretrained failed: {exc}"]))
-        if hf is not None:
-            with torch.no_grad(), reference():
-                a = model(ids).float()
-                b = hf(input_ids=ids).logits.float()
-            rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
-            metrics = {
-                "max_rel_err": rel,
-                "tolerance": tol,
-                "tokens": ids.shape[1],
-                "device": device,
-                "dtype": str(dtype).removeprefix("torch."),
-            }
-            tiers.append(
-                Tier(
-                    "logits",
-                    "pass",
-                    f"max rel err {rel:.2e} on {ids.shape[1]} tokens ({device})",
-                    metrics,
-                )
-                if rel <= tol
-                else _fail("logits", [f"max rel err {rel:.2e} > {tol:.0e} ({device})"], **metrics)
-            )
-        if tiers[-1].status == "pass":
-            prompt = ids[:, : max(1, min(16, ids.shape[1] - 1))]
-            mine = _greedy_ours(model, prompt, gen_tokens, m.padded_vocab_size)
-            with torch.no_grad(), reference(), warnings.catch_warnings():
-                # FLA 0.6.0's prepare_inputs_for_generation uses a keyword transformers deprecates
-                warnings.simplefilter("ignore", FutureWarning)
-                out = hf.generate(
-                    prompt,
-                    max_new_tokens=gen_tokens,
-                    do_sample=False,
-                    # ZebraForCausalLM decodes with its cache (the path users take); FLA's
-                    # classes recompute (their cache on FLA's CPU references is not ours to test)
-                    use_cache=fmt == "zebra",
-                    min_new_tokens=gen_tokens,
-                    pad_token_id=0,
-                )
-            theirs_gen = out[0, prompt.shape[1] :].tolist()
-            agree = next(
-                (i for i, (x, y) in enumerate(zip(mine, theirs_gen, strict=False)) if x != y),
-                min(len(mine), len(theirs_gen)),
-            )  # tokens that agree before the first difference
-            metrics = {"tokens": gen_tokens, "agreeing_prefix": agree}
-            tiers.append(
-                Tier("generation", "pass", f"{gen_tokens} greedy tokens agree", metrics)
-                if mine == theirs_gen
-                else _fail("generation", [f"greedy tokens differ from position {agree}"], **metrics)
-            )
-    done = {t.name for t in tiers}
-    tiers += [Tier(n, "not run", "an earlier tier failed") for n in TIERS if n not in done]
-    return src, tiers
+    theirs_gen = out[0, prompt.shape[1] :].tolist()
+    agree = next(
+        (i for i, (x, y) in enumerate(zip(mine, theirs_gen, strict=False)) if x != y),
+        min(len(mine), len(theirs_gen)),
+    )  # tokens that agree before the first difference
+    metrics = {"tokens": gen_tokens, "agreeing_prefix": agree}
+    if mine == theirs_gen:
+        return _tier("generation", "pass", f"{gen_tokens} greedy tokens agree", metrics)
+    return _fail("generation", [f"greedy tokens differ from position {agree}"], **metrics)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from zebractl.errors import ConfigError
+from zebractl.schemas.reports import VerifyChecked, VerifyReport
 from zebractl.util import sha256_file
 
 
-def verify(folder: str | Path) -> dict[str, Any]:
-    """Return ``{"ok": bool, "problems": [...], "checked": {...}}``; missing manifest is exit 2."""
+def verify(folder: str | Path) -> VerifyReport:
+    """Check ``folder`` (see the module docstring); a missing manifest is a usage error (exit 2)."""
     import numpy as np
 
     root = Path(folder)
@@ -37,18 +38,19 @@ def verify(folder: str | Path) -> dict[str, Any]:
             f"totals: {seen.documents} documents / {seen.tokens} tokens, manifest says "
             f"{totals['documents']} / {totals['tokens']}"
         )
-    return {
-        "ok": not problems,
-        "problems": problems,
-        "checked": {
-            "outputs": len(manifest["shards"]),
-            "documents": seen.documents,
-            "tokens": seen.tokens,
-            "max_token_id": seen.max_id,
-            "vocab_size": vocab,
-            "dtype": seen.dtype.name,
-        },
-    }
+    return VerifyReport(
+        folder=str(folder),
+        ok=not problems,
+        problems=problems,
+        checked=VerifyChecked(
+            outputs=len(manifest["shards"]),
+            documents=seen.documents,
+            tokens=seen.tokens,
+            max_token_id=seen.max_id,
+            vocab_size=vocab,
+            dtype=seen.dtype.name,
+        ),
+    )
 
 
 def _read_manifest(root: Path) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from zebractl.errors import ConfigError, first_line
+from zebractl.evaluate import results as R
 from zebractl.evaluate import tasks as T
 
 DEFAULT_MAX_LENGTH = 2048
@@ -210,33 +210,6 @@ def _offline() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _finite(x: Any) -> float | None:
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def parse_results(res: dict[str, Any], task: T.Task) -> tuple[dict[str, Any], int, int]:
-    """lm-eval's results of one task: {metric: (value, stderr)}, samples scored, documents."""
-    row = res["results"][task.lm_eval_name]
-    metrics: dict[str, Any] = {}
-    for key, value in row.items():
-        if "," not in key or "_stderr," in key:
-            continue
-        metric, _filter = key.split(",", 1)
-        stderr = row.get(f"{metric}_stderr,{_filter}")
-        metrics[metric] = {"value": _finite(value), "stderr": _finite(stderr)}
-    counts = res.get("n-samples", {})
-    names = [task.lm_eval_name]
-    if task.name == "mmlu":
-        names = [f"{task.lm_eval_name}_{s}" for s in T.MMLU_SUBJECTS]
-    samples = sum(int(counts.get(n, {}).get("effective", 0)) for n in names)
-    docs = sum(int(counts.get(n, {}).get("original", 0)) for n in names)
-    return metrics, samples, docs
-
-
 def run_lm_eval(
     loaded: Loaded,
     names: list[str],
@@ -275,33 +248,6 @@ def run_lm_eval(
             )
     finally:
         ev.get_git_commit_hash = git_hash
-
-
-SETTINGS = (
-    "fingerprint",
-    "lm_eval_version",
-    "device",
-    "dtype",
-    "batch_size",
-    "max_length",
-    "limit",
-)
-"""What must equal for an earlier results.json's tasks to be reused."""
-
-
-def _settings(report: Any) -> tuple:
-    return tuple(getattr(report, k) for k in SETTINGS)
-
-
-def _previous(path: Path) -> Any:
-    from zebractl.schemas.reports import EvalReport
-
-    if not path.is_file():
-        return None
-    try:
-        return EvalReport.model_validate_json(path.read_text())
-    except Exception:  # noqa: BLE001 - a damaged or older file is not reused (it is rewritten)
-        return None
 
 
 def _is_hf_folder(path: Path) -> bool:
@@ -448,21 +394,14 @@ def _evaluate(
     force: bool,
     console: Callable[[str], None],
 ) -> Any:
-    import importlib.metadata
+    """Load the model, run the tasks an earlier results.json does not hold, write the report."""
+    from zebractl.schemas.reports import EvalReport
 
-    import torch
-
-    from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
+    device = _device(device)
     runnable = [t for t in chosen if t.skip is None]
     needs_data = [t for t in runnable if t.files]
     root = T.data_root() if needs_data else None
     digests = T.check_data(needs_data, root) if root is not None else {}
-
     wiki = next((t for t in runnable if t.name == T.WIKI), None)
     loaded, dname = open_model(
         model_path, device=device, dtype=dtype, iteration=iteration, console=console
@@ -470,52 +409,19 @@ def _evaluate(
     length = max_length or loaded.max_length
     out_dir = Path(output) / "eval"
     results_file = out_dir / "results.json"
-    version = importlib.metadata.version("lm_eval")
-    fields: dict[str, Any] = {
-        "model": str(model_path),
-        "source": loaded.source,
-        "model_class": loaded.model_class,
-        "iteration": loaded.iteration,
-        "fingerprint": loaded.fingerprint,
-        "lm_eval_version": version,
-        "data_package": T.DATA_PACKAGE,
-        "device": device,
-        "dtype": dname,
-        "batch_size": batch_size,
-        "max_length": length,
-        "limit": limit,
-        "results_file": str(results_file),
-    }
-    old = None if force else _previous(results_file)
-    reusable = {}
-    if old is not None and _settings(old) == tuple(fields[k] for k in SETTINGS):
-        reusable = {r.task: r for r in old.tasks if r.status == "ok"}
-
+    fields = _fields(model_path, loaded, device, dname, batch_size, length, limit, results_file)
+    old = None if force else R.previous(results_file)
+    reused = R.reusable(old, fields)
     held_out: list[str] | None = None
     if wiki is not None:
-        cfg = loaded.cfg
-        if data_run is not None:
-            from zebractl.convert.hf import open_source
-
-            cfg = open_source(data_run).cfg
-        # decoded with the tokenizer the run's data was prepared with (the model reads the text
-        # with its own)
-        decoder = loaded.tokenizer
-        if data_run is not None:
-            from zebractl.convert.hf import tokenizer_dir
-
-            tok_dir = tokenizer_dir(cfg)
-            if tok_dir is None:
-                raise ConfigError(f"--data {data_run}: the run's dataset has no tokenizer/ folder")
-            decoder = _tokenizer(tok_dir, "the --data run's dataset")
-        held_out = held_out_texts(cfg, decoder, limit)
+        held_out = _held_out(loaded, data_run, limit)
         digests[wiki.name] = {
             "held-out.jsonl": hashlib.sha256("\n".join(held_out).encode()).hexdigest()
         }
     todo = [
         t
         for t in runnable
-        if not (t.name in reusable and reusable[t.name].data_sha256 == digests.get(t.name, {}))
+        if not (t.name in reused and reused[t.name].data_sha256 == digests.get(t.name, {}))
     ]
     out_dir.mkdir(parents=True, exist_ok=True)
     task_dir = out_dir / "tasks"
@@ -528,62 +434,90 @@ def _evaluate(
             f"max length {length}{f', limit {limit}' if limit else ''})"
         )
         t1 = time.perf_counter()
-        with _offline():
-            res = run_lm_eval(
-                loaded,
-                [t.lm_eval_name for t in todo],
-                task_dir,
-                batch_size=batch_size,
-                max_length=length,
-                limit=limit,
-            )
+        res = _run_offline(loaded, todo, task_dir, batch_size, length, limit)
         seconds = time.perf_counter() - t1
-    rows: list[Any] = []
-    for t in chosen:
-        if t.skip is not None:
-            rows.append(
-                EvalTaskResult(
-                    task=t.name,
-                    lm_eval_task=t.lm_eval_name,
-                    status="skipped",
-                    reason=t.skip,
-                    split=t.split,
-                    primary=list(t.primary),
-                )
-            )
-        elif t in todo:
-            metrics, samples, docs = parse_results(res, t)
-            rows.append(
-                EvalTaskResult(
-                    task=t.name,
-                    lm_eval_task=t.lm_eval_name,
-                    status="ok",
-                    split=t.split,
-                    primary=list(t.primary),
-                    metrics={k: EvalMetric(**v) for k, v in metrics.items()},
-                    samples=samples,
-                    documents=docs,
-                    data_sha256=digests.get(t.name, {}),
-                )
-            )
-        else:
-            rows.append(reusable[t.name].model_copy(update={"reused": True}))
-    # the file keeps what it held for the same model and settings: tasks not asked for this time
-    # follow the ones asked for
-    asked = {t.name for t in chosen}
-    if old is not None and reusable:
-        rows += [
-            r.model_copy(update={"reused": True})
-            for r in old.tasks
-            if r.task not in asked and r.status == "ok"
-        ]
     report = EvalReport(
         **fields,
         wall_seconds=time.perf_counter() - t0,
         lm_eval_seconds=seconds,
-        tasks=rows,
+        tasks=R.task_rows(chosen, todo, res, reused, digests, old),
     )
-    tmp = results_file.with_name(results_file.name + ".tmp")
-    tmp.write_text(report.model_dump_json(by_alias=True, indent=2) + "\n")
-    tmp.replace(results_file)
+    R.write(report, results_file)
     return report
+
+
+def _run_offline(
+    loaded: Loaded,
+    todo: list[T.Task],
+    task_dir: Path,
+    batch_size: str,
+    length: int,
+    limit: int | None,
+) -> dict[str, Any]:
+    """:func:`run_lm_eval` on the tasks ``todo``, with the Hub out of reach."""
+    with _offline():
+        return run_lm_eval(
+            loaded,
+            [t.lm_eval_name for t in todo],
+            task_dir,
+            batch_size=batch_size,
+            max_length=length,
+            limit=limit,
+        )
+
+
+def _device(device: str) -> str:
+    """``auto`` resolved; ``cuda`` without a CUDA GPU is a usage error."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: expected auto, cpu or cuda (with a CUDA GPU)")
+    return device
+
+
+def _fields(
+    model_path: Path,
+    loaded: Loaded,
+    device: str,
+    dname: str,
+    batch_size: str,
+    length: int,
+    limit: int | None,
+    results_file: Path,
+) -> dict[str, Any]:
+    """The report's fields that name the model and the settings (see :data:`R.SETTINGS`)."""
+    import importlib.metadata
+
+    return {
+        "model": str(model_path),
+        "source": loaded.source,
+        "model_class": loaded.model_class,
+        "iteration": loaded.iteration,
+        "fingerprint": loaded.fingerprint,
+        "lm_eval_version": importlib.metadata.version("lm_eval"),
+        "data_package": T.DATA_PACKAGE,
+        "device": device,
+        "dtype": dname,
+        "batch_size": batch_size,
+        "max_length": length,
+        "limit": limit,
+        "results_file": str(results_file),
+    }
+
+
+def _held_out(loaded: Loaded, data_run: Path | None, limit: int | None) -> list[str]:
+    """wikitext-like's documents: the held-out text of the model's run (of ``data_run`` when
+    given), decoded with the tokenizer that run's data was prepared with (the model reads the
+    text with its own)."""
+    cfg, decoder = loaded.cfg, loaded.tokenizer
+    if data_run is not None:
+        from zebractl.convert.hf import open_source, tokenizer_dir
+
+        cfg = open_source(data_run).cfg
+        tok_dir = tokenizer_dir(cfg)
+        if tok_dir is None:
+            raise ConfigError(f"--data {data_run}: the run's dataset has no tokenizer/ folder")
+        decoder = _tokenizer(tok_dir, "the --data run's dataset")
+    return held_out_texts(cfg, decoder, limit)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zebractl.config import catalog
 from zebractl.config.resolve import Resolved, apply_sets, resolve_ref, validated_run
 from zebractl.errors import ConfigError
 from zebractl.run.rundir import RunDir
+
+if TYPE_CHECKING:
+    from zebractl.schemas.reports import ConfigShowReport, ConfigValidateReport
 
 
 def resolve_run(ref: str | Path, sets: list[str] | None = None) -> Resolved:
@@ -62,3 +66,32 @@ def resolve_any(ref: str, sets: list[str] | None = None) -> Resolved:
             f"or preset, or a run directory holding {RunDir.CONFIG})"
         )
     return resolve_ref(ref, sets)
+
+
+def show_report(r: Resolved) -> ConfigShowReport:
+    """``config show --json``: the resolved values of ``r``, their sources and derived values."""
+    from zebractl.schemas.reports import ConfigShowReport
+
+    return ConfigShowReport(
+        kind=r.kind,
+        name=r.name,
+        source=r.source,
+        config=r.config,
+        provenance=r.provenance,
+        derived=r.derived,
+    )
+
+
+def validate(refs: list[str]) -> ConfigValidateReport:
+    """``config validate``: each of ``refs`` resolved (:func:`resolve_any`), or its problems."""
+    from zebractl.schemas.reports import ConfigValidateReport, ConfigValidateResult
+
+    results = []
+    for ref in refs:
+        try:
+            r = resolve_any(ref)
+        except ConfigError as exc:
+            results.append(ConfigValidateResult(path=ref, ok=False, errors=list(exc.problems)))
+            continue
+        results.append(ConfigValidateResult(path=ref, ok=True, kind=r.kind, name=r.name, errors=[]))
+    return ConfigValidateReport(results=results, ok=all(x.ok for x in results))

@@ -1,4 +1,5 @@
-"""`zebractl env`: what a bug report needs to know about this machine, in one report.
+"""`zebractl env`: what a bug report needs to know about this machine, in one report; and
+`zebractl doctor`'s report (:func:`doctor`).
 
 Versions (the same list as ``zebractl doctor``: :func:`zebractl.deps.versions`), the GPUs
 (``nvidia-smi`` when it is on PATH, else torch), the kernel cache and the other caches and paths
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zebractl.schemas.reports import EnvGpu, EnvPath, EnvReport
+from zebractl.schemas.reports import DoctorReport, EnvGpu, EnvPath, EnvReport
 
 _ENV_NAMES = (
     "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NVIDIA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF",
@@ -197,3 +198,39 @@ def markdown(report: EnvReport) -> str:
         lines += [f"{k}={v}" for k, v in report.environment.items()]
         lines.append("```")
     return "\n".join(lines) + "\n"
+
+
+def doctor(commands: list[str] | None) -> DoctorReport:
+    """``zebractl doctor``: whether each of ``commands`` (default: all) can run here, each module
+    it needs imported for real (:func:`zebractl.deps.probe`); versions and the GPU torch sees."""
+    from zebractl.deps import EXTRA_FOR, NEEDS, probe, versions
+    from zebractl.errors import ConfigError
+    from zebractl.schemas.reports import DoctorCommand, DoctorModule
+
+    wanted = list(commands or NEEDS)
+    for c in wanted:
+        if c not in NEEDS:
+            raise ConfigError(f"doctor: unknown command {c!r} (one of: {', '.join(NEEDS)})")
+    if "compare" in wanted and commands:
+        wanted.append("compare --fla")  # compare without --fla is only its plots
+    rows = []
+    for c in dict.fromkeys(wanted):
+        mods = [DoctorModule(module=p.module, ok=p.error is None, error=p.error, install=p.install)
+                for p in probe(c)]  # fmt: skip
+        rows.append(
+            DoctorCommand(command=c, ok=all(m.ok for m in mods), extra=EXTRA_FOR[c], modules=mods)
+        )
+    return DoctorReport(
+        ok=all(r.ok for r in rows), commands=rows, versions=versions(), cuda=_cuda_name()
+    )
+
+
+def _cuda_name() -> str | None:
+    """The name of GPU 0 as torch sees it; None without torch or a CUDA GPU."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

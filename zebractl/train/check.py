@@ -10,23 +10,22 @@ as passed; only a ``failed`` row makes the check fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zebractl.errors import ConfigError
+from zebractl.schemas.reports import PreflightCheck, TrainCheckReport
+
+if TYPE_CHECKING:
+    from zebractl.train.launch import TrainRequest
 
 
-@dataclass
-class Check:
-    """One pre-flight check."""
-
-    name: str
-    status: str  # "ok" | "not checked" | "failed"
-    detail: str
+def _row(name: str, status: str, detail: str) -> PreflightCheck:
+    """One pre-flight check (status ``ok``, ``not checked`` or ``failed``)."""
+    return PreflightCheck(name=name, status=status, detail=detail)
 
 
-def _engine(cfg: Any, cuda: bool) -> Check:
+def _engine(cfg: Any, cuda: bool) -> PreflightCheck:
     import torch
 
     from zebractl.train.engine import check_engine
@@ -36,8 +35,8 @@ def _engine(cfg: Any, cuda: bool) -> Check:
         try:
             check_engine(cfg, torch.device("cuda", 0), world)
         except ConfigError as exc:
-            return Check("engine", "failed", str(exc))
-        return Check("engine", "ok", f"{cfg.optimizer.impl} on CUDA")
+            return _row("engine", "failed", str(exc))
+        return _row("engine", "ok", f"{cfg.optimizer.impl} on CUDA")
     k = cfg.kernels
     cuda_only = [
         what
@@ -63,22 +62,22 @@ def _engine(cfg: Any, cuda: bool) -> Check:
     try:
         check_engine(rest, torch.device("cpu"), world)
     except ConfigError as exc:
-        return Check("engine", "failed", str(exc))
+        return _row("engine", "failed", str(exc))
     if cuda_only:
-        return Check("engine", "not checked", f"{', '.join(cuda_only)}: CUDA only, no GPU here")
-    return Check("engine", "ok", f"{cfg.optimizer.impl}, runs on this machine")
+        return _row("engine", "not checked", f"{', '.join(cuda_only)}: CUDA only, no GPU here")
+    return _row("engine", "ok", f"{cfg.optimizer.impl}, runs on this machine")
 
 
-def _gpus(cfg: Any, cuda: bool) -> Check:
+def _gpus(cfg: Any, cuda: bool) -> PreflightCheck:
     import torch
 
     want = cfg.parallelism.num_gpus
     if not cuda:
-        return Check("gpus", "not checked", f"the recipe plans {want} GPU(s); no GPU here")
+        return _row("gpus", "not checked", f"the recipe plans {want} GPU(s); no GPU here")
     have = torch.cuda.device_count()
     if have >= want:
-        return Check("gpus", "ok", f"{want} planned, {have} here")
-    return Check(
+        return _row("gpus", "ok", f"{want} planned, {have} here")
+    return _row(
         "gpus",
         "ok",
         f"{want} planned, {have} here: a run here accumulates gradients to keep the global batch "
@@ -86,33 +85,33 @@ def _gpus(cfg: Any, cuda: bool) -> Check:
     )
 
 
-def _data(cfg: Any) -> Check:
+def _data(cfg: Any) -> PreflightCheck:
     from zebractl.data.spec import resolve_data
 
     try:
         spec = resolve_data(cfg)
     except ConfigError as exc:
-        return Check("data", "failed", str(exc))
+        return _row("data", "failed", str(exc))
     if not spec.train:
-        return Check("data", "failed", "data.paths holds no training shards")
+        return _row("data", "failed", "data.paths holds no training shards")
     val = cfg.validation
     held_out = bool(spec.valid) if cfg.data.split is None else cfg.data.split[1] > 0
     if val is not None and not held_out:
-        return Check(
+        return _row(
             "data",
             "failed",
             f"validation is on (every {val.interval} iterations) but the data has no held-out "
             "part: set data.split (e.g. [99, 1, 0]) or validation: null",
         )
     if spec.vocab_size > cfg.model.vocab_size:
-        return Check(
+        return _row(
             "data",
             "failed",
             f"the data's tokenizer has {spec.vocab_size:,} tokens, the model's vocabulary "
             f"{cfg.model.vocab_size:,}",
         )
     tokens = sum(s.tokens for s in spec.train)
-    return Check(
+    return _row(
         "data",
         "ok",
         f"{len(spec.train)} shard(s), {tokens:,} tokens, tokenizer "
@@ -121,7 +120,7 @@ def _data(cfg: Any) -> Check:
     )
 
 
-def _memory(cfg: Any, cuda: bool) -> Check:
+def _memory(cfg: Any, cuda: bool) -> PreflightCheck:
     import torch
 
     from zebractl.planning.plan import GIB, memory_estimate, parameter_report
@@ -130,10 +129,10 @@ def _memory(cfg: Any, cuda: bool) -> Check:
     e = memory_estimate(cfg, parameter_report(cfg.model)["total"], derive(cfg))
     need = e.total(cfg.batch.micro) / GIB
     if not cuda:
-        return Check("memory", "not checked", f"estimate {need:.1f} GiB per GPU; no GPU here")
+        return _row("memory", "not checked", f"estimate {need:.1f} GiB per GPU; no GPU here")
     have = torch.cuda.get_device_properties(0).total_memory / GIB
     status = "ok" if need <= have else "failed"
-    return Check(
+    return _row(
         "memory",
         status,
         f"estimate {need:.1f} GiB per GPU at micro-batch {cfg.batch.micro}, {have:.1f} GiB on "
@@ -141,13 +140,13 @@ def _memory(cfg: Any, cuda: bool) -> Check:
     )
 
 
-def _disk(cfg: Any, checkpoints: Path) -> Check:
+def _disk(cfg: Any, checkpoints: Path) -> PreflightCheck:
     from zebractl.planning.plan import checkpoint_bytes, parameter_report
     from zebractl.run import checkpoint as ckpt
     from zebractl.run import disk
 
     if not cfg.checkpoint.enabled:
-        return Check("disk", "ok", "checkpoint.enabled is false: the run saves no checkpoint")
+        return _row("disk", "ok", "checkpoint.enabled is false: the run saves no checkpoint")
 
     done = ckpt.complete(checkpoints)
     need = ckpt.size(done[-1].folder) if done else 0
@@ -156,7 +155,7 @@ def _disk(cfg: Any, checkpoints: Path) -> Check:
         need = checkpoint_bytes(cfg, parameter_report(cfg.model)["total"])
     free = disk.free_bytes(checkpoints)
     if free is None:
-        return Check("disk", "not checked", f"the free space at {checkpoints} cannot be read")
+        return _row("disk", "not checked", f"the free space at {checkpoints} cannot be read")
     keep = cfg.checkpoint.keep_last
     detail = (
         f"{disk.human(free)} free at {checkpoints}; one checkpoint about {disk.human(need)} "
@@ -164,21 +163,33 @@ def _disk(cfg: Any, checkpoints: Path) -> Check:
         + (f"about {disk.human(need * (keep + 1))} at a save" if keep else "them all")
     )
     if free < need:
-        return Check("disk", "failed", detail + ": the first save would fail")
-    return Check("disk", "ok", detail)
+        return _row("disk", "failed", detail + ": the first save would fail")
+    return _row("disk", "ok", detail)
 
 
-def preflight(cfg: Any, checkpoints: Path) -> list[Check]:
+def preflight(cfg: Any, checkpoints: Path) -> list[PreflightCheck]:
     """Every check of a resolved recipe whose checkpoints go to ``checkpoints`` (see the module
     docstring)."""
     import torch
 
     cuda = torch.cuda.is_available()
     return [
-        Check("config", "ok", "resolved and validated"),
+        _row("config", "ok", "resolved and validated"),
         _engine(cfg, cuda),
         _gpus(cfg, cuda),
         _data(cfg),
         _memory(cfg, cuda),
         _disk(cfg, checkpoints),
     ]
+
+
+def check(req: TrainRequest) -> TrainCheckReport:
+    """``train --check``: the same validation and resolution as a real train (``--nproc``,
+    ``--reference``, the GPU count, the run directory), then :func:`preflight`."""
+    from zebractl.train.launch import resolve_request
+
+    resolved = resolve_request(req, world=None)
+    checks = preflight(resolved.resolved.run, resolved.run.checkpoints)
+    return TrainCheckReport(
+        recipe=req.recipe, ok=all(c.status != "failed" for c in checks), checks=checks
+    )

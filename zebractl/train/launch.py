@@ -1,8 +1,9 @@
 """Starting `zebractl train`: in this process, on N local GPUs through torchrun, or as a Slurm job.
 
-:func:`start` is what the CLI calls; it returns a :class:`LaunchOutcome` and leaves printing and exit
-codes to the caller. Stop signals: the trainer saves and ends with 128 + the signal number; a torchrun
-launcher forwards SIGTERM/SIGUSR1 to its workers and waits for their saves.
+:func:`start` is what the CLI calls; it returns a :class:`LaunchOutcome` (:func:`report` makes it the
+``--json`` report) and leaves printing and exit codes to the caller. Stop signals: the trainer
+saves and ends with 128 + the signal number; a torchrun launcher forwards SIGTERM/SIGUSR1 to its
+workers and waits for their saves.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from zebractl.train.progress import NO_BAR_ENV
 if TYPE_CHECKING:
     from zebractl.config.resolve import Resolved
     from zebractl.run.rundir import RunDir
+    from zebractl.schemas.reports import TrainReport
     from zebractl.train.trainer import RunResult
 
 REQUEUE_EXIT = 128 + signal.SIGUSR1
@@ -254,6 +256,39 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
         ).fit()
     code = 128 + result.signal if result.stopped == "signal" and result.signal else 0
     return LaunchOutcome("train", code, run.root, run.metrics_path, rank=rank, result=result)
+
+
+def report(out: LaunchOutcome) -> TrainReport:
+    """The ``train --json`` report of what :func:`start` did (the run's numbers when it trained
+    here)."""
+    from zebractl.schemas.reports import TrainReport
+
+    res = out.result
+    numbers = (
+        {
+            "stopped": res.stopped,
+            "iterations": res.iterations,
+            "resumed_from": res.resumed_from,
+            "final_loss": res.final_loss,
+            "val_loss": res.val_loss,
+            "skipped": res.skipped,
+            "checkpoint": str(res.checkpoint) if res.checkpoint else None,
+            "total_iterations": res.total,
+            "tokens": res.tokens,
+            "wall_seconds": res.wall_s,
+            "mean_tokens_per_s": res.tokens_per_s,
+        }
+        if res is not None
+        else {}
+    )
+    return TrainReport(
+        launched=out.kind,
+        run_dir=str(out.run_dir),
+        exit_code=out.exit_code,
+        metrics=str(out.metrics),
+        script=str(out.script) if out.script else None,
+        **numbers,
+    )
 
 
 def run_children(cmd: list[str], env: dict[str, str] | None = None) -> int:

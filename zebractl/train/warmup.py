@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zebractl.errors import ConfigError
 from zebractl.schemas.recipe import RunConfig
+
+if TYPE_CHECKING:
+    from zebractl.schemas.reports import WarmupReport
 
 
 @dataclass
@@ -109,3 +113,22 @@ def warmup(
         result.exported_files = kernel_cache.export(cache.triton, export)
         console(f"exported {result.exported_files} tuned configurations to {export}")
     return result
+
+
+def report(recipe: str, res: WarmupResult) -> WarmupReport:
+    """The ``warmup --json`` report of ``res``, a warmup of ``recipe``."""
+    from zebractl.schemas.reports import WarmupReport
+
+    return WarmupReport(
+        recipe=recipe,
+        cache=res.cache,
+        stack=res.stack,
+        shipped=res.shipped,
+        seconds={str(k): v for k, v in res.seconds.items()},
+        tuned_before=res.before["tuned"],
+        tuned_after=res.after["tuned"],
+        compiled_before=res.before["compiled"],
+        compiled_after=res.after["compiled"],
+        exported=str(res.exported) if res.exported else None,
+        exported_files=res.exported_files,
+    )
