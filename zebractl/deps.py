@@ -63,7 +63,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
 OWN: dict[str, tuple[str, ...]] = {
     "prepare": ("zebractl.data.prepare", "zebractl.data.verify", "zebractl.data.demo"),
     "train": ("zebractl.train.launch", "zebractl.train.trainer", "zebractl.train.check"),
-    "warmup": ("zebractl.train.warmup",),
+    "warmup": ("zebractl.train.kernel_warmup",),
     "convert": ("zebractl.convert.hf", "zebractl.convert.primus"),
     "verify": ("zebractl.convert.verify",),
     "eval": ("zebractl.evaluate.harness",),

@@ -105,14 +105,14 @@ def test_convert_then_verify_passes_every_tier(cli, trained, tmp_path, recipe, f
 
 def test_bf16_export_is_bitwise_in_bf16_and_sharded_above_the_limit(trained, tmp_path):
     from zebractl.convert.hf import export_hf
-    from zebractl.convert.verify import verify
+    from zebractl.convert.verify import verify_conversion
     from zebractl.hf.load import read_safetensors
 
     run = trained("tiny_kda")
     res = export_hf(run, tmp_path / "hf", max_shard_bytes=2**20, console=lambda s: None)
     assert len(res.shards) > 1 and (tmp_path / "hf" / "model.safetensors.index.json").is_file()
     assert {str(v.dtype) for v in read_safetensors(tmp_path / "hf").values()} == {"torch.bfloat16"}
-    tiers = verify(run, tmp_path / "hf", console=lambda s: None).tiers
+    tiers = verify_conversion(run, tmp_path / "hf", console=lambda s: None).tiers
     assert [t.status for t in tiers[:2]] == ["pass", "pass"], tiers
 
 
@@ -284,11 +284,11 @@ def test_gpu_verify_in_bf16_on_the_kernels(trained, tmp_path, recipe):
     compiled and autotuned every forward and backward kernel at these tiny shapes (none is in the
     shipped tuned set), plus a TileLang nvcc build (~30 s) for KDA's backward, for each model."""
     from zebractl.convert.hf import export_hf
-    from zebractl.convert.verify import verify
+    from zebractl.convert.verify import verify_conversion
 
     run = trained(recipe, *GPU_HEADS[recipe], "kernels.backend=torch")
     export_hf(run, tmp_path / "hf", dtype="bf16", console=lambda s: None)
-    tiers = verify(run, tmp_path / "hf", device="cuda", console=lambda s: None).tiers
+    tiers = verify_conversion(run, tmp_path / "hf", device="cuda", console=lambda s: None).tiers
     print({t.name: (t.status, t.detail) for t in tiers})
     assert [t.status for t in tiers[:3]] == ["pass"] * 3, tiers
 

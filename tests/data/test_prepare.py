@@ -284,7 +284,7 @@ def test_verify_passes_and_detects_corruption(cli, tmp_path):
 
 
 def test_verify_checks_ids_against_the_vocabulary(tmp_path):
-    from zebractl.data.verify import verify
+    from zebractl.data.verify import verify_prepared
 
     src = _jsonl(tmp_path / "a.jsonl", DOCS)
     m = _run([src], tmp_path / "out")
@@ -292,7 +292,7 @@ def test_verify_checks_ids_against_the_vocabulary(tmp_path):
     doc = json.loads(manifest.read_text())
     doc["tokenizer"]["vocab_size"] = 1000  # as if the ids came from a larger vocabulary
     manifest.write_text(json.dumps(doc))
-    report = verify(tmp_path / "out")
+    report = verify_prepared(tmp_path / "out")
     assert not report.ok and any(">= vocabulary size 1000" in p for p in report.problems)
     assert m["totals"]["tokens"] == report.checked.tokens
 

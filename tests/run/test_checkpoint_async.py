@@ -66,7 +66,7 @@ def test_a_background_save_holds_the_state_it_began_with(process_group, tmp_path
     assert saver.pending is None and saver.last_complete == final
     assert saver.poll() is None and saver.wait() is None  # nothing in flight any more
     assert [c.iteration for c in ckpt.complete(tmp_path)] == [1, 2]
-    ckpt.verify(final)
+    ckpt.check_intact(final)
     loaded = _load(final)
     assert torch.equal(loaded["w"], began) and loaded["iteration"] == 2
     # the same files as a synchronous save, the same shard bytes

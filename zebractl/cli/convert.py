@@ -134,7 +134,7 @@ def verify(
     Exit 3 naming the first tier that fails.
     """
     require("verify")
-    from zebractl.convert.verify import verify as run
+    from zebractl.convert.verify import verify_conversion as run
 
     say = err if json_out else print
     report = run(source, converted, tokens=tokens, device=device, console=say)

@@ -55,12 +55,12 @@ def plan(
     --gpu-memory asks torch for this GPU's memory).
     """
 
-    from zebractl.config.catalog import reference
+    from zebractl.config.catalog import locate
     from zebractl.config.resolve import resolve_recipe
     from zebractl.errors import ConfigError
     from zebractl.planning.plan import Plan
 
-    ref = reference(recipe)
+    ref = locate(recipe)
     r = resolve_recipe(ref, set_)
     capacity = None
     if gpu_memory is not None:

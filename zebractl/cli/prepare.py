@@ -254,9 +254,9 @@ def _print(manifest: dict[str, Any], output: Path, n: int) -> None:
 
 def _verify(folder: Path, json_out: bool) -> None:
     """--verify DIR: the report on stdout (--json) or one line and the problems; exit 3 if any."""
-    from zebractl.data.verify import verify
+    from zebractl.data.verify import verify_prepared
 
-    report = verify(folder)
+    report = verify_prepared(folder)
     if json_out:
         emit_json(report)
     else:

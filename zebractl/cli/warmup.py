@@ -48,13 +48,13 @@ def warmup(
     reads the same cache. Needs a CUDA GPU (exit 2 without one).
     """
     require("warmup")
-    from zebractl.config.catalog import reference
+    from zebractl.config.catalog import locate
     from zebractl.config.resolve import resolve_recipe
-    from zebractl.train.warmup import report
-    from zebractl.train.warmup import warmup as run
+    from zebractl.train.kernel_warmup import report
+    from zebractl.train.kernel_warmup import warm_kernels as run
 
     say = err if json_out else print
-    r = resolve_recipe(reference(recipe), set_)
+    r = resolve_recipe(locate(recipe), set_)
     with stdout_to_stderr(json_out):  # TileLang logs its compiles on stdout
         res = run(r.run, list(micro) or None, export, say)
     before, after = res.before, res.after

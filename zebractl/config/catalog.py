@@ -69,7 +69,7 @@ def is_file(path: str | Path) -> bool:
         raise ConfigError(f"{shown}: not a usable file name ({why})") from None
 
 
-def reference(ref: str) -> str | Path:
+def locate(ref: str) -> str | Path:
     """A config named on the command line: a Path when it looks like one or is a file, else a
     shipped name."""
     return Path(ref) if looks_like_path(ref) or is_file(ref) else ref

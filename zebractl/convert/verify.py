@@ -6,7 +6,7 @@
 2. **weights**: each exported tensor equals the checkpoint's, mapped and cast to the export dtype,
    bitwise; mapping the export back gives the checkpoint's tensors (cast) bitwise.
 3. **logits**: on real text (the run's dataset), our model on the export's weights against the
-   exported class loaded with ``from_pretrained``: fp32 on CPU (FLA's pure-PyTorch references), max
+   exported class loaded with ``from_pretrained``: fp32 on CPU (FLA's pure-PyTorch code), max
    |difference| / max |logit| at most :data:`LOGITS_RTOL_FP32`; or (``device="cuda"``) bf16 on
    the GPU with both models on their kernels, at most :data:`LOGITS_RTOL_BF16`.
 4. **generation**: greedy decoding of ``gen_tokens`` tokens from a prompt of the same text agrees.
@@ -113,7 +113,7 @@ def _greedy_ours(model: Any, prompt: torch.Tensor, n: int, vocab: int) -> list[i
     return ids[0, prompt.shape[1] :].tolist()
 
 
-def verify(
+def verify_conversion(
     source: Path,
     converted: Path,
     *,
@@ -268,8 +268,8 @@ class _Pair:
     ours: Any
     hf: Any
     """None when ``from_pretrained`` failed."""
-    reference: Callable[[], Any]
-    """The context the forwards run in (FLA's references for FLA's classes on CPU)."""
+    fla_context: Callable[[], Any]
+    """The context the forwards run in (FLA's pure-PyTorch code for FLA's classes on CPU)."""
     device: str
     dtype: torch.dtype
 
@@ -297,15 +297,15 @@ def _load_pair(src: Any, converted: Path, fmt: str, theirs: dict, device: str) -
         import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM with the auto classes
     from transformers import AutoModelForCausalLM
 
-    # FLA's classes on CPU run through FLA's own references; ZebraForCausalLM picks its
-    # backend from the device (the torch references on CPU) by itself
-    reference = contextlib.nullcontext if gpu or fmt == "zebra" else on_cpu
+    # FLA's classes on CPU run through FLA's own pure-PyTorch code; ZebraForCausalLM picks its
+    # backend from the device (zebractl's torch ops on CPU) by itself
+    fla_context = contextlib.nullcontext if gpu or fmt == "zebra" else on_cpu
     error = ""
     try:
         hf = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype).to(device).eval()
     except Exception as exc:  # noqa: BLE001 - a folder transformers cannot load fails tier 3
         hf, error = None, f"from_pretrained failed: {exc}"
-    return _Pair(model, hf, reference, device, dtype), error
+    return _Pair(model, hf, fla_context, device, dtype), error
 
 
 def _forward(
@@ -333,7 +333,7 @@ def _logits(pair: _Pair, ids: torch.Tensor) -> VerifyTier:
     import math
 
     tol = LOGITS_RTOL_BF16 if pair.dtype == torch.bfloat16 else LOGITS_RTOL_FP32
-    with torch.no_grad(), pair.reference():
+    with torch.no_grad(), pair.fla_context():
         a = pair.ours(ids).float()
         b = pair.hf(input_ids=ids).logits.float()
     rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
@@ -357,7 +357,7 @@ def _generation(
     """Tier 4: greedy decoding of ``gen_tokens`` tokens from a prompt of ``ids`` agrees."""
     prompt = ids[:, : max(1, min(16, ids.shape[1] - 1))]
     mine = _greedy_ours(pair.ours, prompt, gen_tokens, vocab)
-    with torch.no_grad(), pair.reference(), warnings.catch_warnings():
+    with torch.no_grad(), pair.fla_context(), warnings.catch_warnings():
         # FLA 0.6.0's prepare_inputs_for_generation uses a keyword transformers deprecates
         warnings.simplefilter("ignore", FutureWarning)
         out = pair.hf.generate(
@@ -365,7 +365,7 @@ def _generation(
             max_new_tokens=gen_tokens,
             do_sample=False,
             # ZebraForCausalLM decodes with its cache (the path users take); FLA's
-            # classes recompute (their cache on FLA's CPU references is not ours to test)
+            # classes recompute (their cache on FLA's CPU code is not ours to test)
             use_cache=fmt == "zebra",
             min_new_tokens=gen_tokens,
             pad_token_id=0,

@@ -19,7 +19,7 @@ from zebractl.schemas.reports import VerifyChecked, VerifyReport
 from zebractl.util import sha256_file
 
 
-def verify(folder: str | Path) -> VerifyReport:
+def verify_prepared(folder: str | Path) -> VerifyReport:
     """Check ``folder`` (see the module docstring); a missing manifest is a usage error (exit 2)."""
     import numpy as np
 

@@ -54,7 +54,7 @@ class Loaded:
     cfg: Any = None  # the run's RunConfig (a run or checkpoint)
     run_root: Path | None = None  # the run's directory (a run or checkpoint)
     iteration: int | None = None
-    cpu_reference: bool = False  # FLA's classes on CPU: through FLA's torch references
+    fla_on_cpu: bool = False  # FLA's classes on CPU: through FLA's naive torch code
 
 
 def fingerprint(model: Any) -> str:
@@ -139,7 +139,7 @@ def open_model(
                 type(model).__name__,
                 digest,
                 DEFAULT_MAX_LENGTH,
-                cpu_reference=model_type in fla_types and device == "cpu",
+                fla_on_cpu=model_type in fla_types and device == "cpu",
             ),
             dname,
         )
@@ -232,7 +232,7 @@ def run_lm_eval(
     )
     tm = TaskManager(include_path=str(task_dir), include_defaults=False)
     ctx: Any = contextlib.nullcontext()
-    if loaded.cpu_reference:
+    if loaded.fla_on_cpu:
         from zebractl.runtime.fla_cpu import on_cpu
 
         ctx = on_cpu()

@@ -1,5 +1,5 @@
 """``ZebraForCausalLM``: any Zebra model (KDA / GDN / Mamba2 mixers, MLA, SwiGLU) as a Hugging Face
-model, computed by :mod:`zebractl.model.ops` (FLA's kernels on CUDA, the pure-PyTorch references
+model, computed by :mod:`zebractl.model.ops` (FLA's kernels on CUDA, the pure-PyTorch implementations
 elsewhere) exactly as the training model computes it: the mixers and norms are the training model's
 modules (:data:`zebractl.model.mixers.HF_MIXERS`, :mod:`zebractl.model.norms`; no megatron).
 
@@ -40,7 +40,7 @@ CACHE_KEY = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ el
 
 class DeviceOptions:
     """:class:`~zebractl.model.ops.KernelOptions` whose backend follows the input's device (set at
-    every forward: FLA's kernels on CUDA, the torch references elsewhere), every fusion on as in
+    every forward: FLA's kernels on CUDA, the torch implementations elsewhere), every fusion on as in
     training's defaults. Shared by all modules of one model."""
 
     def __init__(self) -> None:

@@ -81,6 +81,11 @@ class MixerSpec:
     entries: tuple[Entry, ...]
     """The sublayer's conversion entries to FLA's / ZebraForCausalLM's names (its block's MLP
     entries are added by :mod:`zebractl.hf.mapping`)."""
+    activations: Callable[[ModelConfig], tuple[int, int]]
+    """Activation elements per token the mixer keeps for backward by the analytic count (in_proj's
+    output, the convolution's, the output, the gate and the normed output), and the width its
+    kernels' fitted extra scales with (value_dim; Mamba2: d_inner) for
+    :data:`zebractl.planning.plan.FLA_SAVED_PER_VALUE_DIM`."""
     fla_family: bool = False
     """FLA has a model class for a model of this mixer alone (``convert --format fla``)."""
 
@@ -95,6 +100,14 @@ def conv_channels(m: ModelConfig, kind: str) -> list[int]:
     """Channel blocks of the short convolution: q | k | v."""
     d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
     return [d.key_dim, d.key_dim, d.value_dim]
+
+
+def delta_rule_activations(m: ModelConfig, kind: str, shapes: Shapes) -> tuple[int, int]:
+    """KDA's / GDN's :attr:`MixerSpec.activations`: in_proj, conv, o, gate, normed o."""
+    d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
+    in_rows = shapes["mixer.in_proj.weight"][0]
+    conv = 2 * d.key_dim + d.value_dim
+    return in_rows + conv + 3 * d.value_dim, d.value_dim
 
 
 def delta_rule_flops(m: ModelConfig, kind: str) -> int:

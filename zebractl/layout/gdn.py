@@ -9,6 +9,7 @@ from __future__ import annotations
 from zebractl.layout.common import (
     MixerSpec,
     Shapes,
+    delta_rule_activations,
     delta_rule_entries,
     delta_rule_flops,
     linear,
@@ -44,6 +45,7 @@ def gdn_shapes(m: ModelConfig) -> Shapes:
 SPEC = MixerSpec(
     shapes=gdn_shapes,
     recurrent_flops=lambda m: delta_rule_flops(m, "gdn"),
+    activations=lambda m: delta_rule_activations(m, "gdn", gdn_shapes(m)),
     entries=delta_rule_entries(
         "gdn", ("q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"), gdn_in_proj_rows
     ),

@@ -21,6 +21,7 @@ from zebractl.layout.common import (
     MixerSpec,
     Rename,
     Shapes,
+    delta_rule_activations,
     delta_rule_entries,
     delta_rule_flops,
     linear,
@@ -56,6 +57,7 @@ def kda_shapes(m: ModelConfig) -> Shapes:
 SPEC = MixerSpec(
     shapes=kda_shapes,
     recurrent_flops=lambda m: delta_rule_flops(m, "kda"),
+    activations=lambda m: delta_rule_activations(m, "kda", kda_shapes(m)),
     entries=delta_rule_entries(
         "kda",
         ("q_proj", "k_proj", "v_proj", "f_proj.0", "g_proj.0", "b_proj"),

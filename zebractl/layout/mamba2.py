@@ -74,9 +74,19 @@ def _conv_bias(m: ModelConfig) -> bool:
     return m.mamba2 is not None and m.mamba2.conv_bias
 
 
+def mamba2_activations(m: ModelConfig) -> tuple[int, int]:
+    """Mamba2's :attr:`MixerSpec.activations`: in_proj, conv (x|B|C), o, gate, normed o."""
+    assert m.mamba2 is not None
+    di = m.mamba2_dims.d_inner
+    in_rows = mamba2_shapes(m)["mixer.in_proj.weight"][0]
+    conv = di + 2 * m.mamba2.num_groups * m.mamba2.state_dim
+    return in_rows + conv + 3 * di, di
+
+
 SPEC = MixerSpec(
     shapes=mamba2_shapes,
     recurrent_flops=mamba2_flops,
+    activations=mamba2_activations,
     entries=(
         PRE_NORM,
         *(

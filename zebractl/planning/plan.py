@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from zebractl.layout import SUBLAYER_SHAPES, model_shapes, numel
+from zebractl.layout import MIXER_SPECS, SUBLAYER_SHAPES, model_shapes, numel
 from zebractl.planning.flops import flops_per_token
 from zebractl.planning.throughput import time_to_train
 from zebractl.schemas.preset import ModelConfig, max_sequence_length
@@ -33,7 +33,8 @@ and 96 (benchmarks/results/2026-12-01_h200_issue12, seq 2048; the torch_fused en
 fused residual add: see :data:`RESIDUAL_KEPT_PER_HIDDEN`). Mamba2: the deficit of the analytic
 count in zebra_mamba_1B_hybrid (seq 2048, micro 24: 13.48) and zebra_mamba_3B_hybrid (seq 8192,
 micro 2: 13.27) on one H200, the megatron engine (GPU check 2026-12-02-454ff45.memory*.json).
-MLA is counted analytically (the KDA and GDN 1B hybrids' peaks measured within 8% with it)."""
+MLA is counted analytically (the KDA and GDN 1B hybrids' peaks measured within 8% with it), as
+is a recurrent mixer not measured here (no entry)."""
 RESIDUAL_KEPT_PER_HIDDEN = 1.32
 """Elements per token and unit of hidden size that each sublayer keeps for its pre-norm and
 residual (the analytic count is 2: the norm's input and output). With the residual add fused into
@@ -78,19 +79,9 @@ def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
     r = round(RESIDUAL_KEPT_PER_HIDDEN * h)  # the pre-norm's input and output, fused add
     if kind == "mlp":
         return r + 3 * m.ffn_hidden_size  # normed input, fc1 out (2F), act out (F)
-    if kind in ("kda", "gdn"):
-        d = m.linear_attention_dims(kind)  # type: ignore[arg-type]
-        in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
-        conv = 2 * d.key_dim + d.value_dim
-        fla = round(FLA_SAVED_PER_VALUE_DIM[kind] * d.value_dim)
-        # in, normed, in_proj, conv, o, gate, normed o; and what FLA's kernels keep
-        return r + in_rows + conv + 3 * d.value_dim + fla
-    if kind == "mamba2":
-        assert m.mamba2 is not None
-        di = m.mamba2_dims.d_inner
-        in_rows = SUBLAYER_SHAPES[kind](m)["mixer.in_proj.weight"][0]
-        conv = di + 2 * m.mamba2.num_groups * m.mamba2.state_dim
-        return r + in_rows + conv + 3 * di + round(FLA_SAVED_PER_VALUE_DIM[kind] * di)
+    if kind in MIXER_SPECS:  # the mixer's analytic count, and what its kernels keep (fitted)
+        analytic, width = MIXER_SPECS[kind].activations(m)
+        return r + analytic + round(FLA_SAVED_PER_VALUE_DIM.get(kind, 0.0) * width)
     assert m.mla is not None
     a = m.mla
     q = a.num_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)

@@ -117,7 +117,7 @@ def size(folder: Path) -> int:
 def complete(root: Path) -> list[Checkpoint]:
     """Every checkpoint under ``root`` whose save completed (marker readable), oldest first.
 
-    Completeness is not integrity: see :func:`verify`.
+    Completeness is not integrity: see :func:`check_intact`.
     """
     out = []
     for _, folder in _candidates(root):
@@ -132,7 +132,7 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER)
 
 
-def verify(folder: Path, *, checksums: bool = True) -> Checkpoint:
+def check_intact(folder: Path, *, checksums: bool = True) -> Checkpoint:
     """The checkpoint in ``folder`` if every file is as the marker recorded it.
 
     Raises :class:`DamagedCheckpoint` naming the first problem: a missing, truncated, grown or
@@ -316,7 +316,7 @@ def newest_intact(
         if it in failed:
             continue
         try:
-            return verify(folder), damaged
+            return check_intact(folder), damaged
         except DamagedCheckpoint as exc:
             damaged.append(str(exc))
             warn(f"warning: checkpoint {exc.folder} is damaged: {exc.reason}; skipping it")
@@ -341,14 +341,14 @@ def find(source: Path) -> Checkpoint:
         raise ConfigError(f"{source}: no such checkpoint, checkpoints folder or run directory")
     if (source / MARKER).exists():
         try:
-            return verify(source)
+            return check_intact(source)
         except DamagedCheckpoint as exc:
             raise ConfigError(f"checkpoint {exc}") from None
     for root in (source, source / "checkpoints"):
         found = candidates(root)
         for _, folder in reversed(found):
             try:
-                return verify(folder)
+                return check_intact(folder)
             except DamagedCheckpoint:
                 continue
         if found:

@@ -85,7 +85,7 @@ def resume_point(checkpoints: Path | None) -> str:
         return "then rerun the same command"
     for it, folder in reversed(ckpt.candidates(checkpoints)):
         try:
-            ckpt.verify(folder, checksums=False)
+            ckpt.check_intact(folder, checksums=False)
         except ckpt.DamagedCheckpoint:
             continue
         return (

@@ -1,4 +1,4 @@
-"""Run FLA's own model classes on CPU, through FLA's pure-PyTorch reference implementations.
+"""Run FLA's own model classes on CPU, through FLA's naive pure-PyTorch implementations.
 
 FLA's layers call Triton kernels that need a GPU. :func:`on_cpu` swaps them, for the duration of a
 ``with`` block, for FLA's own naive references: ``naive_recurrent_kda`` /
@@ -80,7 +80,7 @@ def _gated_norm_forward(self, x, g, *args, **kw):
 
 @contextlib.contextmanager
 def on_cpu() -> Iterator[None]:
-    """FLA's KDA / GDN model classes computed by FLA's pure-PyTorch references (restored after)."""
+    """FLA's KDA / GDN model classes computed by FLA's naive pure-PyTorch implementations (restored after)."""
     import fla.layers.gated_deltanet as gdn_layer
     import fla.layers.kda as kda_layer
     import fla.modules.mlp as mlp_mod

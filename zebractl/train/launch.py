@@ -155,7 +155,7 @@ def resolve_request(req: TrainRequest, world: int | None = 1) -> ResolvedRequest
 
     ``world`` is the number of processes already launched; None (``train --check``) keeps the
     recipe's own ``parallelism.num_gpus`` unless ``--nproc`` says how many GPUs the run gets."""
-    from zebractl.config.catalog import reference
+    from zebractl.config.catalog import locate
     from zebractl.config.resolve import resolve_recipe
     from zebractl.run.rundir import RunDir
 
@@ -164,7 +164,7 @@ def resolve_request(req: TrainRequest, world: int | None = 1) -> ResolvedRequest
     slurm = req.slurm or req.submit
     # the GPUs actually used decide the data-parallel size, unless the user set it explicitly
     explicit_gpus = any(x.partition("=")[0].strip() == "parallelism.num_gpus" for x in req.sets)
-    ref = reference(req.recipe)
+    ref = locate(req.recipe)
     # (the recipe's own GPU count is validated only where it is used: a Slurm job)
     own = slurm or (world is None and req.nproc is None)
     gpus = resolve_recipe(ref, req.sets).run.parallelism.num_gpus if own else (req.nproc or world)

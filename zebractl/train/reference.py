@@ -10,7 +10,7 @@ precision (fp32 weights, bf16 autocast on CUDA). The loss is the mean cross-entr
 over the unmasked tokens, in fp32.
 
 On CUDA FLA's fused RMSNorm and SwiGLU are on (how FLA trains); on CPU FLA's Triton kernels cannot
-run, so the forward runs through FLA's own pure-PyTorch references
+run, so the forward runs through FLA's own naive pure-PyTorch implementations
 (:func:`zebractl.runtime.fla_cpu.on_cpu`) with the fused modules off.
 
 Checkpoints hold FLA's parameter names (megatron's sharded format, as every zebractl checkpoint):

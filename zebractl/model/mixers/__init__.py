@@ -13,15 +13,18 @@ document is mixed on its own, its convolution and state starting from zero
 tensor names (separate q/k/v), which share their mixer's op call and output norm;
 ``forward(x, cache=...)`` continues a generation cache.
 
-A new mixer touches four files: its config block in ``zebractl/schemas/preset.py`` (the class, the
-``ModelConfig`` field, its name in the ``RecurrentMixer`` / ``Mixer`` / ``Sublayer`` literals, its
-checks in ``model_problems``); its torch-free module ``zebractl/layout/<name>.py`` (tensors and
-in_proj rows, FLOPs, conversion entries: a ``MixerSpec``), registered by one line in
-``zebractl/layout/__init__.py``'s ``MIXER_SPECS``; its torch module ``zebractl/model/mixers/<name>.py``
-(the module, its op call, its ``init_own``), registered by one line each in :data:`MIXERS` and
-:data:`HF_MIXERS` here; and its kernel op in ``zebractl/model/ops/__init__.py`` (FLA on CUDA, the
-torch reference elsewhere), unless an existing op computes it. Planning's activation-memory estimate
-(``zebractl/planning/plan.py``) still has a branch per mixer.
+A new mixer is written in four files: its config block in ``zebractl/schemas/preset.py`` (the
+class, the ``ModelConfig`` field, its name in the ``RecurrentMixer`` / ``Mixer`` / ``Sublayer``
+literals, its checks in ``model_problems``); its torch-free module ``zebractl/layout/<name>.py``
+(tensors and in_proj rows, FLOPs, activations for ``zebractl plan``, conversion entries: a
+``MixerSpec``); its torch module ``zebractl/model/mixers/<name>.py`` (the module, its op call, its
+``init_own``); and its kernel op in ``zebractl/model/ops/__init__.py`` (FLA on CUDA, the
+pure-PyTorch implementation elsewhere), unless an existing op computes it. Two registries name it:
+one line in ``zebractl/layout/__init__.py``'s ``MIXER_SPECS`` and one in each of :data:`MIXERS`
+and :data:`HF_MIXERS` here. Nothing else branches on the mixer kinds except FLA-specific code
+(``train/reference.py``, ``runtime/fla_cpu.py``, ``hf/mapping.fla_config``, ``convert/primus.py``'s
+Primus tables) and the fitted memory constant in ``zebractl/planning/plan.py`` (a mixer without
+one is counted analytically).
 """
 
 from __future__ import annotations

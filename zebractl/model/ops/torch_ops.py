@@ -67,7 +67,7 @@ def recurrent_delta_rule(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Step-by-step gated delta rule (the reference the chunked form is tested against).
+    """Step-by-step gated delta rule (what the chunked form is tested against).
 
     q, k ``[B,T,H,K]``; v ``[B,T,HV,V]``; g ``[B,T,HV,K]`` (per-channel, KDA) or ``[B,T,HV]``
     (scalar, GDN); beta ``[B,T,HV]``; state ``[B,HV,K,V]``. Returns o ``[B,T,HV,V]`` in v's dtype.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def test_the_report_carries_the_result():
-    from zebractl.train.warmup import WarmupResult, report
+    from zebractl.train.kernel_warmup import WarmupResult, report
 
     res = WarmupResult(
         cache="/c/triton",

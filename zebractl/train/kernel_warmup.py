@@ -51,7 +51,7 @@ def check_supported(device_is_cuda: bool) -> None:
         )
 
 
-def warmup(
+def warm_kernels(
     cfg: RunConfig,
     micro_batches: list[int] | None = None,
     export: Path | None = None,
