@@ -297,6 +297,29 @@ def test_verify_checks_ids_against_the_vocabulary(tmp_path):
     assert m["totals"]["tokens"] == report.checked.tokens
 
 
+@pytest.mark.parametrize(
+    ("edit", "where"),
+    [
+        (lambda d: d["tokenizer"].update(vocab_size="50257"), "tokenizer.vocab_size"),
+        (lambda d: d.update(dtype=7), "dtype"),
+        (lambda d: d.update(shards={"a": 1}), "shards"),
+        (lambda d: d.pop("totals"), "totals"),
+    ],
+    ids=["vocab-a-string", "dtype-a-number", "shards-not-a-list", "no-totals"],
+)
+def test_verify_of_a_manifest_damaged_after_the_fact_is_a_usage_error(cli, tmp_path, edit, where):
+    src = _jsonl(tmp_path / "a.jsonl", DOCS)
+    _run([src], tmp_path / "out")
+    manifest = tmp_path / "out" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    edit(doc)
+    manifest.write_text(json.dumps(doc))
+    r = cli("prepare", "--verify", str(tmp_path / "out"))
+    assert r.exit_code == 2, r.output
+    assert f"{manifest}: not a manifest this zebractl reads" in r.stderr and where in r.stderr
+    assert "Traceback" not in r.output
+
+
 def test_verify_of_an_unfinished_folder_is_a_usage_error(cli, tmp_path):
     r = cli("prepare", "--verify", str(tmp_path))
     assert r.exit_code == 2 and "no manifest.json" in r.stderr

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from zebractl.errors import ConfigError
-from zebractl.schemas.reports import VerifyChecked, VerifyReport
+from zebractl.schemas.reports import Manifest, VerifyChecked, VerifyReport
 from zebractl.util import sha256_file
 
 
@@ -62,9 +64,20 @@ def _read_manifest(root: Path) -> dict[str, Any]:
             "rerun prepare with the same arguments to finish it)"
         )
     try:
-        return json.loads(manifest_path.read_text(encoding="utf-8"))
+        doc = json.loads(manifest_path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ConfigError(f"{manifest_path}: unreadable ({exc})") from None
+    try:  # what the checks below read is typed as they read it
+        Manifest.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(k) for k in first["loc"]) or "(top level)"
+        raise ConfigError(
+            f"{manifest_path}: not a manifest this zebractl reads ({exc.error_count()} "
+            f"problem(s); {where}: {first['msg']}); it was changed after `zebractl prepare` "
+            "wrote it, or written by another version: prepare the data again"
+        ) from None
+    return doc
 
 
 @dataclass
