@@ -89,6 +89,31 @@ def _no_process_group_left(request: pytest.FixtureRequest) -> Iterator[None]:
     )
 
 
+@pytest.fixture(scope="module")
+def module_process_group() -> Iterator[None]:
+    """One process group and megatron parallel state for a whole test module, on the CPU.
+
+    ``Trainer.fit`` creates the group it needs and destroys it afterwards (``dist.scoped``).
+    That setup and teardown costs about 80 ms per run on this machine: megatron makes and
+    destroys its gloo subgroups. The tests in ``tests/train`` run hundreds of in-process trainings,
+    so there each module keeps one group for all of its runs, and ``fit``'s ``scoped()`` does not
+    tear it down. Nothing happens without megatron, or on a CUDA machine, where the GPU tests keep
+    their own setup.
+    """
+    if importlib.util.find_spec("megatron") is None:
+        yield
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    from zebractl.runtime.dist import scoped
+
+    with scoped():
+        yield
+
+
 @pytest.fixture
 def process_group() -> Iterator[None]:
     """A one-process torch.distributed group and megatron's parallel state, for the tests that need
