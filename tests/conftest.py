@@ -95,10 +95,11 @@ def module_process_group() -> Iterator[None]:
 
     ``Trainer.fit`` creates the group it needs and destroys it afterwards (``dist.scoped``).
     That setup and teardown costs about 80 ms per run on this machine: megatron makes and
-    destroys its gloo subgroups. The tests in ``tests/train`` run hundreds of in-process trainings,
-    so there each module keeps one group for all of its runs, and ``fit``'s ``scoped()`` does not
-    tear it down. Nothing happens without megatron, or on a CUDA machine, where the GPU tests keep
-    their own setup.
+    destroys its gloo subgroups. The modules of the SHARED_GROUP folders run many trainings in
+    this process, so each keeps one group for all of its runs and ``fit``'s ``scoped()`` does
+    not tear it down. (Not in tests/convert and tests/model: they check that convert, verify and
+    a model build leave no process group behind.) Nothing happens without megatron, or on a CUDA
+    machine, where the GPU tests keep their own setup.
     """
     if importlib.util.find_spec("megatron") is None:
         yield
@@ -112,6 +113,17 @@ def module_process_group() -> Iterator[None]:
 
     with scoped():
         yield
+
+
+# the test folders whose modules run trainings in this process: one process group per module
+SHARED_GROUP = ("train", "compare", "evaluate", "run")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_process_group(request: pytest.FixtureRequest) -> None:
+    """A module in one of the SHARED_GROUP folders runs with ``module_process_group``."""
+    if Path(request.path).parent.name in SHARED_GROUP:
+        request.getfixturevalue("module_process_group")
 
 
 @pytest.fixture
