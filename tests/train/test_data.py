@@ -120,3 +120,22 @@ def test_a_torn_index_cache_file_is_dropped_with_its_siblings(tmp_path):
         "aaa-GPTDataset-train-sample.npy",
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["bbb-GPTDataset-valid-doc.npy"]
+
+
+def test_only_rank_0_tidies_the_index_cache(tmp_path, process_group, monkeypatch):
+    """Rank 0 writes megatron's index cache while the other ranks wait; a rank that tidied it too
+    deleted files rank 0 was still writing as torn (a two-process CI run then failed)."""
+    import torch.distributed as tdist
+
+    from zebractl.train import data
+
+    out = _prepared(tmp_path, "a", TEXT)
+    cfg = _cfg(out)
+    spec, cache = resolve_data(cfg), tmp_path / "cache"
+    tidied = []
+    monkeypatch.setattr(data, "drop_torn_cache", lambda d: tidied.append(d) or [])
+    build_datasets(cfg, spec, 40, 4, cache)  # rank 0 (of one): tidies, builds the cache
+    assert tidied == [cache] and list(cache.glob("*.npy"))
+    monkeypatch.setattr(tdist, "get_rank", lambda group=None: 1)  # another rank: reads it
+    train, _ = build_datasets(cfg, spec, 40, 4, cache)
+    assert tidied == [cache] and len(train) >= 40

@@ -42,13 +42,18 @@ def build_datasets(
     cfg: RunConfig, spec: DataSpec, train_samples: int, valid_samples: int, cache_dir: Path
 ) -> tuple[Any, Any | None]:
     """(train, valid) megatron GPTDatasets; valid is None without held-out data."""
+    import torch.distributed as tdist
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     cache_dir.mkdir(parents=True, exist_ok=True)
-    drop_torn_cache(cache_dir)
+    # Megatron's builder writes the cache on rank 0 while the other ranks wait at a barrier, then
+    # they read it: only rank 0 may tidy it, or a slower rank deletes the files rank 0 is writing
+    # as torn (a two-process run then failed on a missing ...-document_index.npy).
+    if not tdist.is_initialized() or tdist.get_rank() == 0:
+        drop_torn_cache(cache_dir)
     if cfg.data.split is None and spec.valid:
         where: dict[str, Any] = {"blend_per_split": [_blend(spec.train), _blend(spec.valid), None]}
     else:
