@@ -17,7 +17,10 @@ after --warmup steps. Three implementations, each built fresh from the same init
   rowwise (opt-in FP8 MLP GEMMs through torchao, the MLP compiled); ``ours_megatron_fp8``: the
   Megatron engine with tensorwise FP8. ``ours_graph``: forward+backward replayed as a CUDA graph
   (``kernels.cuda_graph``; ``ours_graph_fp8`` with the FP8 MLP). ``ours_tiled_norm``: zebractl's
-  RMSNorm backward (``kernels.rmsnorm_backward=tiled``; ``ours_graph_tiled_norm`` with the graph). ``ours_chunks32`` / ``8`` / ``4`` /
+  RMSNorm backward (``kernels.rmsnorm_backward=tiled``; ``ours_graph_tiled_norm`` with the graph).
+  ``ours_packed_swiglu``: zebractl's SwiGLU on the packed projection (``kernels.swiglu_kernel=packed``);
+  ``ours_fast``: both kernels; ``ours_fast_graph``: both and the graph; ``ours_fla_kernels``: FLA's
+  RMSNorm backward and SwiGLU whatever the defaults say. ``ours_chunks32`` / ``8`` / ``4`` /
   ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since the fourth session, 32
   before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
@@ -118,6 +121,14 @@ OURS_SETS = {
     "ours_graph_fp8": ["kernels.cuda_graph=true", "kernels.fp8_mlp=tensorwise"],
     "ours_tiled_norm": ["kernels.rmsnorm_backward=tiled"],
     "ours_graph_tiled_norm": ["kernels.cuda_graph=true", "kernels.rmsnorm_backward=tiled"],
+    "ours_packed_swiglu": ["kernels.swiglu_kernel=packed"],
+    "ours_fast": ["kernels.rmsnorm_backward=tiled", "kernels.swiglu_kernel=packed"],
+    "ours_fast_graph": [
+        "kernels.rmsnorm_backward=tiled",
+        "kernels.swiglu_kernel=packed",
+        "kernels.cuda_graph=true",
+    ],
+    "ours_fla_kernels": ["kernels.rmsnorm_backward=fla", "kernels.swiglu_kernel=fla"],
     "ours_chunks32": ["kernels.fused_ce_chunks=32"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
     "ours_chunks4": ["kernels.fused_ce_chunks=4"],

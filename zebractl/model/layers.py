@@ -156,8 +156,7 @@ class SwiGLUMLP(MegatronModule):
             fc1, fc2 = self.linear_fc1, self.linear_fc2
             return mlp_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, recipe, mlp)
         h, _ = self.linear_fc1(x)
-        gate, up = h.chunk(2, dim=-1)
-        out, _ = self.linear_fc2(ops.swiglu(self.opts, gate, up))
+        out, _ = self.linear_fc2(ops.swiglu_packed(self.opts, h))
         return out
 
 

@@ -228,7 +228,12 @@ class KernelsConfig(StrictModel):
     fused_gated_norm: bool = True
     """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
     fused_swiglu: bool = True
-    """FLA Triton SwiGLU in the MLP."""
+    """A Triton SwiGLU in the MLP (which one: swiglu_kernel)."""
+    swiglu_kernel: Literal["fla", "packed"] = "fla"
+    """The fused SwiGLU's kernel: fla = FLA's on the gate and up halves of the MLP's first
+    projection (its backward returns two gradients, which autograd concatenates: one more pass over
+    the [tokens x 2 ffn] gradient); packed = zebractl's on the packed projection (FLA's arithmetic,
+    the gradient written in one piece, no concatenation)."""
     fused_short_conv: bool = True
     """FLA Triton causal_conv1d for the short convolutions."""
     fused_linear_cross_entropy: bool = True

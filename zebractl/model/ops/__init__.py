@@ -348,6 +348,18 @@ def swiglu(opts: KernelOptions, gate: Tensor, up: Tensor) -> Tensor:
     return T.swiglu(gate, up)
 
 
+def swiglu_packed(opts: KernelOptions, h: Tensor) -> Tensor:
+    """``silu(gate) * up`` of the MLP's packed projection ``h = [gate | up]`` (``[..., 2F]``):
+    zebractl's packed kernel with ``kernels.swiglu_kernel: packed`` (its gradient written in one
+    piece), else :func:`swiglu` on the two halves."""
+    if opts.fla(opts.kernels.fused_swiglu) and opts.kernels.swiglu_kernel == "packed":
+        from zebractl.model.ops.glu import packed_swiglu
+
+        return packed_swiglu(h)
+    gate, up = h.chunk(2, dim=-1)
+    return swiglu(opts, gate, up)
+
+
 def lm_loss(
     opts: KernelOptions, hidden: Tensor, weight: Tensor, labels: Tensor, ignore_index: int = -100
 ) -> Tensor:
