@@ -26,7 +26,7 @@ TILE_ELEMENTS = 4096
 
 
 @triton.jit
-def _swiglu_fwd_kernel(H, O, N, F: tl.constexpr, BT: tl.constexpr, BF: tl.constexpr):
+def _swiglu_fwd_kernel(H, OUT, N, F: tl.constexpr, BT: tl.constexpr, BF: tl.constexpr):
     rows = tl.program_id(0) * BT + tl.arange(0, BT)
     cols = tl.program_id(1) * BF + tl.arange(0, BF)
     m = (rows < N)[:, None] & (cols < F)[None, :]
@@ -34,7 +34,7 @@ def _swiglu_fwd_kernel(H, O, N, F: tl.constexpr, BT: tl.constexpr, BF: tl.conste
     g = tl.load(H + r * (2 * F) + cols[None, :], mask=m, other=0.0).to(tl.float32)
     u = tl.load(H + r * (2 * F) + F + cols[None, :], mask=m, other=0.0).to(tl.float32)
     o = g * tl.sigmoid(g) * u
-    tl.store(O + r * F + cols[None, :], o.to(O.dtype.element_ty), mask=m)
+    tl.store(OUT + r * F + cols[None, :], o.to(OUT.dtype.element_ty), mask=m)
 
 
 @triton.jit
