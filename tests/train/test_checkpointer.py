@@ -137,3 +137,47 @@ def test_resume_takes_the_newest_checkpoint_that_loads(tmp_path):
     assert any("iter_0000010 is damaged: it does not load" in s for s in said), said
     empty, _ = _checkpointer(tmp_path / "other")
     assert empty.resume_newest_intact(load) is None
+
+
+GB = 10**9
+
+
+@pytest.mark.parametrize(
+    ("setting", "staged", "world", "env", "available", "on", "says"),
+    [
+        (True, None, 1, {}, None, True, "checkpoint.async_save: true"),
+        (False, 4 * GB, 1, {}, 10**12, False, "checkpoint.async_save: false"),
+        ("auto", None, 1, {}, 10**12, False, "only on a GPU"),
+        ("auto", 4 * GB, 1, {}, 9 * GB, True, "4.0 GB staged per rank, 9.0 GB available"),
+        ("auto", 4 * GB, 1, {}, 7 * GB, False, "twice the staging"),
+        # eight ranks of one node stage 8 x 4 GB: 64 GB needed on the node
+        ("auto", 4 * GB, 8, {"LOCAL_WORLD_SIZE": "8"}, 63 * GB, False, "twice the staging"),
+        ("auto", 4 * GB, 16, {"LOCAL_WORLD_SIZE": "8"}, 64 * GB, True, "in the background"),
+        ("auto", 4 * GB, 16, {"SLURM_NTASKS_PER_NODE": "2(x8)"}, 16 * GB, True, "background"),
+        ("auto", 4 * GB, 16, {"SLURM_NTASKS_PER_NODE": "4(x4)"}, 16 * GB, False, "twice"),
+    ],
+)
+def test_auto_saves_in_the_background_where_host_memory_holds_twice_the_staging(
+    monkeypatch, setting, staged, world, env, available, on, says
+):
+    from zebractl.train.checkpointer import background_saves
+
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    got, line = background_saves(setting, staged, world, available)
+    assert got is on and says in line, line
+
+
+def test_async_save_takes_true_false_or_auto_only():
+    from pydantic import ValidationError
+
+    from zebractl.schemas.recipe import CheckpointConfig
+
+    assert CheckpointConfig().async_save == "auto"
+    for v in (True, False, "auto"):
+        assert CheckpointConfig(async_save=v).async_save == v
+    for bad in ("yes", 1, 0, None, "AUTO"):
+        with pytest.raises(ValidationError, match="must be true, false or auto"):
+            CheckpointConfig(async_save=bad)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -41,6 +42,44 @@ def state_bytes(model: torch.nn.Module, impl: str, world: int) -> int:
         if impl == "megatron" and p.dtype != torch.float32:
             total += p.numel() * 4
     return total if world == 1 else math.ceil(total / world * 1.25)
+
+
+def _local_ranks(world: int) -> int:
+    """Ranks of this run on this node (torchrun's LOCAL_WORLD_SIZE, Slurm's tasks per node)."""
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        value = os.environ.get(var, "").split("(")[0]
+        if value.isdigit() and int(value) > 0:
+            return min(int(value), world)
+    return world
+
+
+def background_saves(
+    setting: bool | str, staged_bytes: int | None, world: int, available: int | None = None
+) -> tuple[bool, str]:
+    """Whether this rank saves in the background, and the start's line saying why.
+
+    ``setting``: ``checkpoint.async_save``; ``staged_bytes``: one rank's staged state (None on a
+    CPU: auto then blocks, a CPU run's saves are small and its memory is the model's); ``available``:
+    the node's available host memory (read with psutil when None). auto saves in the background
+    where the node's ranks' staging fits twice in what is available."""
+    if setting is True:
+        return True, "in the background (checkpoint.async_save: true)"
+    if setting is False:
+        return False, "blocking: training waits for each save (checkpoint.async_save: false)"
+    if staged_bytes is None:
+        return False, "blocking (checkpoint.async_save auto: background saves only on a GPU)"
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    need = 2 * staged_bytes * _local_ranks(world)
+    gb = f"{staged_bytes / 1e9:.1f} GB staged per rank, {available / 1e9:.1f} GB available"
+    if available < need:
+        return False, (
+            f"blocking (checkpoint.async_save auto: {gb}, twice the staging of this node's ranks "
+            "needed; set checkpoint.async_save=true to stage anyway)"
+        )
+    return True, f"in the background (checkpoint.async_save auto: {gb})"
 
 
 class Checkpointer:
@@ -87,11 +126,21 @@ class Checkpointer:
             self.console(f"note: removed {folder}, a save that did not complete")
 
     def start_async(self, staged_bytes: int | None, group: Any) -> None:
-        """``checkpoint.async_save``: the background saver, its pinned host staging reserved for
-        ``staged_bytes`` (on a GPU) while training starts; ``group``: the CPU process group of a
-        multi-rank run (None with one)."""
+        """The background saver (``checkpoint.async_save``: true, or auto where
+        :func:`background_saves` allows), its pinned host staging reserved for ``staged_bytes``
+        (on a GPU; None on a CPU) while training starts; ``group``: the CPU process group of a
+        multi-rank run (None with one). Says at the start how this run saves."""
         c = self.cfg.checkpoint
-        if not (c.async_save and c.enabled):
+        if not c.enabled:
+            return
+        on, why = background_saves(c.async_save, staged_bytes, self.world)
+        if self.world > 1:  # the saver is collective: every rank saves the same way
+            flag = torch.tensor([int(on)])
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=group)
+            if on and not flag.item():
+                on, why = False, "blocking: another node has too little host memory to stage"
+        self.console(f"checkpoint saves: {why}")
+        if not on:
             return
         staging = async_save.HostStaging()
         if staged_bytes is not None:
