@@ -229,20 +229,20 @@ class KernelsConfig(StrictModel):
     """auto: FLA Triton kernels on CUDA, pure PyTorch elsewhere; fla/torch force one."""
     fused_rmsnorm: bool = True
     """FLA fused RMSNorm (with residual add) for pre-norms and the final norm."""
-    rmsnorm_backward: Literal["fla", "tiled"] = "fla"
-    """Backward kernel of the fused RMSNorm: fla = FLA's (for rows wider than 512 each program
-    walks its rows one at a time: 9.2 ms of a kda_300M step at micro-batch 16 on an H200, four
-    times the forward); tiled = zebractl's (a tile of rows per program, FLA's arithmetic; tested
-    on CPU in Triton's interpreter, awaiting its first GPU run)."""
+    rmsnorm_backward: Literal["fla", "tiled"] = "tiled"
+    """Backward kernel of the fused RMSNorm: tiled = zebractl's (a tile of rows per program,
+    FLA's arithmetic with one rounding per output; GPU-tested against fp64 in the GPU check);
+    fla = FLA 0.6.0's, which for rows wider than 512 gives each program one row at a time: 19.7 ms
+    of a 301 ms kda_300M step at micro-batch 32 on an H100 (2026-12-05), three times its forward."""
     fused_gated_norm: bool = True
     """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
     fused_swiglu: bool = True
     """A Triton SwiGLU in the MLP (which one: swiglu_kernel)."""
-    swiglu_kernel: Literal["fla", "packed"] = "fla"
-    """The fused SwiGLU's kernel: fla = FLA's on the gate and up halves of the MLP's first
-    projection (its backward returns two gradients, which autograd concatenates: one more pass over
-    the [tokens x 2 ffn] gradient); packed = zebractl's on the packed projection (FLA's arithmetic,
-    the gradient written in one piece, no concatenation)."""
+    swiglu_kernel: Literal["fla", "packed"] = "packed"
+    """The fused SwiGLU's kernel: packed = zebractl's on the MLP's packed [gate | up] projection
+    (FLA's arithmetic, bitwise equal on the GPU; the gradient written in one piece); fla = FLA's on
+    the two halves, whose two gradients autograd then concatenates (one more pass over the
+    [tokens x 2 ffn] gradient)."""
     fused_short_conv: bool = True
     """FLA Triton causal_conv1d for the short convolutions."""
     fused_linear_cross_entropy: bool = True
