@@ -34,8 +34,11 @@ class MetricsWriter:
     """Appends rows to ``metrics.jsonl``, TensorBoard (``train/*``, ``val/*``) and the W&B run of
     ``tracker`` (:mod:`zebractl.run.tracking`), if any.
 
-    Opening it for a run resumed at iteration N drops rows after N (written by the attempt that
-    was interrupted after the checkpoint), in the file and, through ``purge_step``, in TensorBoard.
+    The file is append-only history: opening it keeps every row of earlier lineages (a deliberate
+    fresh start in a used directory adds its rows after them, under its own run id). Only a resume
+    at iteration N drops rows of its own lineage (``lineage``: their run ids, see
+    :meth:`RunDir.lineage`; None: every row) after N, written by the attempt that was interrupted
+    after the checkpoint and replayed bit for bit now; in TensorBoard through ``purge_step``.
     """
 
     def __init__(
@@ -47,16 +50,17 @@ class MetricsWriter:
         tensorboard: bool,
         note: Callable[[str], None],
         tracker: Tracker | None = None,
+        lineage: set[str] | None = None,
     ) -> None:
         self.tracker = tracker
         self.path = run.metrics_path if jsonl else None
         if self.path is not None and self.path.exists():
+            lines = self.path.read_text(encoding="utf-8").splitlines()
             keep = [
-                line
-                for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and _iteration(line) <= resumed_at
+                line for line in lines if line.strip() and not _replayed(line, resumed_at, lineage)
             ]
-            write_text_atomic(self.path, "".join(k + "\n" for k in keep))
+            if len(keep) != len([line for line in lines if line.strip()]):
+                write_text_atomic(self.path, "".join(k + "\n" for k in keep))
         self.tb = None
         if tensorboard:
             try:
@@ -91,24 +95,61 @@ class MetricsWriter:
             self.tracker = None
 
 
-def _iteration(line: str) -> float:
-    """The iteration of a row; a line torn by a crash mid-write counts as infinitely late (dropped)."""
+def recorded_progress(run: RunDir) -> tuple[int, list[str]]:
+    """How far the run's records say its current lineage trained: the newest iteration of its
+    training rows in ``metrics.jsonl`` and of the resumes in ``config.history.jsonl`` (0: none),
+    and the files that say so. Unreadable lines are passed over (this only asks whether the run
+    had progressed)."""
     try:
-        return int(json.loads(line)["iteration"])
+        lineage = run.lineage()
+    except ConfigError:
+        lineage = None
+    found: dict[str, int] = {}
+    try:
+        lines = run.metrics_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+            if row.get("kind") == "train" and (lineage is None or row.get("run_id") in lineage):
+                found["metrics.jsonl"] = max(found.get("metrics.jsonl", 0), int(row["iteration"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+    try:
+        history = run.read_config_history()
+    except ConfigError:
+        history = []
+    resumed = [h.iteration for h in history if h.event == "resume" and h.iteration]
+    if resumed:
+        found["config.history.jsonl"] = max(resumed)
+    return max(found.values(), default=0), sorted(found)
+
+
+def _replayed(line: str, resumed_at: int, lineage: set[str] | None) -> bool:
+    """Whether a row is dropped when a run resumes at ``resumed_at``: a row of ``lineage`` after
+    that iteration, or a line torn by a crash mid-write (not JSON: the attempt's last line)."""
+    try:
+        row = json.loads(line)
+        iteration = int(row["iteration"])
     except (ValueError, TypeError, KeyError):
-        return math.inf
+        return True
+    mine = lineage is None or (isinstance(row, dict) and row.get("run_id") in lineage)
+    return mine and iteration > resumed_at
 
 
 class MetricsReader:
     """Typed rows of a run's ``metrics.jsonl``; a malformed line is an error naming file:line."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lineage: set[str] | None = None) -> None:
         self.path = Path(path)
+        self.lineage = lineage
 
     @classmethod
     def of(cls, run: RunDir) -> MetricsReader:
-        """The reader of a run directory's metrics."""
-        return cls(run.metrics_path)
+        """The reader of a run directory's metrics: the rows of its current lineage (the newest
+        fresh start and its resumes, :meth:`RunDir.lineage`); older rows stay in the file."""
+        return cls(run.metrics_path, run.lineage())
 
     def rows(self) -> Iterator[TrainRow | ValRow]:
         """Every row, in file order."""
@@ -120,12 +161,14 @@ class MetricsReader:
             if not line.strip():
                 continue
             try:
-                yield _ROW.validate_json(line)
+                row = _ROW.validate_json(line)
             except ValidationError as exc:
                 first = str(exc).splitlines()
                 raise ConfigError(
                     f"{self.path}:{n}: not a metrics row ({' '.join(first[:3])})"
                 ) from None
+            if self.lineage is None or row.run_id in self.lineage:
+                yield row
 
     def train(self) -> list[TrainRow]:
         """Training rows."""

@@ -225,6 +225,18 @@ class RunDir:
                 raise ConfigError(f"{path}:{n}: not a config history line ({first})") from None
         return out
 
+    def lineage(self) -> set[str] | None:
+        """The training sessions (run ids) of the run's current lineage: the newest ``start`` of
+        ``config.history.jsonl`` (iteration 0, fresh or from ``init_from``) and every session after
+        it. A deliberate fresh start in a used directory keeps the older sessions' metrics rows;
+        readers take this lineage's. None: no recorded start (a run from before zebractl kept the
+        history): every row is the lineage's."""
+        history = self.read_config_history()
+        starts = [i for i, h in enumerate(history) if h.event == "start"]
+        if not starts:
+            return None
+        return {h.run_id for h in history[starts[-1] :] if h.run_id is not None}
+
     def read_config(self) -> ResolvedConfigRecord:
         """The resolved config this run was started with."""
         path = self.config_path

@@ -242,6 +242,7 @@ def open_metrics(
         tensorboard=log.tensorboard and rank == 0,
         note=console,
         tracker=open_tracker(run, record, log.wandb, console) if rank == 0 else None,
+        lineage=run.lineage(),
     )
 
 

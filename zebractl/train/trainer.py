@@ -173,7 +173,9 @@ class Trainer:
         staged = state_bytes(self.model, self.engine.impl, self.world) if cuda else None
         self.ckpts.start_async(staged, dist.cpu_group() if self.world > 1 else None)
         self._resume()
-        if self.rank == 0:  # config.history.jsonl: each start's config and iteration, appended
+        # config.history.jsonl: each start's config and iteration, appended; a rerun of a finished
+        # run trains nothing and adds no line
+        if self.rank == 0 and not self._finished():
             with self._writing("the config history", self.run.history_path):
                 self.run.record_start(
                     self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
@@ -215,6 +217,8 @@ class Trainer:
             raise ConfigError(
                 f"checkpoint.resume is 'require' but {root} holds no complete checkpoint"
             )
+        if cfg.checkpoint.resume == "auto" and cfg.checkpoint.enabled:
+            self._refuse_lost_checkpoints(root)
         if self.init_from is not None:
             from zebractl.train.setup import init_weights
 
@@ -226,6 +230,23 @@ class Trainer:
         elif self.rank == 0 and self.run.init_path.is_file():  # a fresh start: not from those
             with self._writing("the init record", self.run.init_path):
                 self.run.init_path.unlink()
+
+    def _refuse_lost_checkpoints(self, root: Path) -> None:
+        """A run whose records say it trained but whose checkpoints are gone (deleted, a sync
+        tool, a cleared disk) is not started over silently: that would retrain from iteration 1
+        over its history. Exit 2 naming what was found and how to start over on purpose."""
+        from zebractl.run.metrics import recorded_progress
+
+        done, sources = recorded_progress(self.run)
+        if done <= 0:
+            return
+        raise ConfigError(
+            f"{self.run.root}: the run trained to iteration {done} ({' and '.join(sources)} "
+            f"{'say' if len(sources) > 1 else 'says'} so) but {root} holds no checkpoint to resume from (deleted or moved?); rerunning "
+            "would start over at iteration 1. Put the checkpoints back, start over on purpose "
+            "with --set checkpoint.resume=never (the earlier rows stay in metrics.jsonl under "
+            "their run ids), or train into a fresh --output"
+        )
 
     def _write_init(self, loaded: ckpt.Checkpoint | None) -> None:
         """``RUN/init.json``: the weights this run started from (:class:`InitRecord`)."""
@@ -382,9 +403,25 @@ class Trainer:
         if stopped == "signal":
             saved = self._save_on_stop(signum) or saved
         if stopped == "done" and val_every is not None and last_val != self.iteration:
-            val_loss = self._validate()
+            kept = self._recorded_validation() if run_steps == 0 else None
+            val_loss = kept.val_loss if kept is not None else self._validate()
         self.ckpts.wait()  # also the one a stop wrote: complete before the process exits
         return self._result(stopped, signum, final_loss, val_loss, saved, run_steps)
+
+    def _finished(self) -> bool:
+        """Resumed at the run's last iteration: nothing left to train."""
+        return self.resumed_from is not None and self.iteration >= self.iters
+
+    def _recorded_validation(self) -> ValRow | None:
+        """This lineage's validation row of the current iteration, if one was written (a rerun
+        of a finished run reports it instead of appending a second one)."""
+        from zebractl.run.metrics import MetricsReader
+
+        try:
+            rows = MetricsReader.of(self.run).validation()
+        except ConfigError:
+            return None
+        return next((r for r in reversed(rows) if r.iteration == self.iteration), None)
 
     def _skipped_update(self) -> None:
         """A step whose update was skipped for a non-finite value: said, and counted against
