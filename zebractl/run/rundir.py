@@ -178,12 +178,16 @@ class RunDir:
         run_id: str,
         device: str,
         world_size: int,
-    ) -> ConfigHistoryEntry:
+        if_changed: bool = False,
+    ) -> ConfigHistoryEntry | None:
         """Append the config a training session starts (``resumed``: from a checkpoint of
         ``iteration``) with to ``config.history.jsonl``, with the keys changed since the previous
-        line; returns the line."""
+        line; returns the line. ``if_changed`` (a rerun of a finished run, which trains nothing):
+        only when the config differs from the previous line's (None otherwise)."""
         history = self.read_config_history()
         changed = sorted(_diff(history[-1].record.config, record.config)) if history else []
+        if if_changed and history and not changed:
+            return None
         entry = ConfigHistoryEntry(
             event="resume" if resumed else "start",
             iteration=iteration,

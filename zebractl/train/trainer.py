@@ -174,12 +174,13 @@ class Trainer:
         self.ckpts.start_async(staged, dist.cpu_group() if self.world > 1 else None)
         self._resume()
         # config.history.jsonl: each start's config and iteration, appended; a rerun of a finished
-        # run trains nothing and adds no line
-        if self.rank == 0 and not self._finished():
+        # run trains nothing and adds a line only for a changed config
+        if self.rank == 0:
             with self._writing("the config history", self.run.history_path):
                 self.run.record_start(
                     self.record, iteration=self.iteration, resumed=self.resumed_from is not None,
                     run_id=self.run_id, world_size=self.world, device=setup.device_name(self.device),
+                    if_changed=self._finished(),
                 )  # fmt: skip
         with self._writing("the metrics", self.run.metrics_path):
             self.metrics = setup.open_metrics(
@@ -242,8 +243,8 @@ class Trainer:
             return
         raise ConfigError(
             f"{self.run.root}: the run trained to iteration {done} ({' and '.join(sources)} "
-            f"{'say' if len(sources) > 1 else 'says'} so) but {root} holds no checkpoint to resume from (deleted or moved?); rerunning "
-            "would start over at iteration 1. Put the checkpoints back, start over on purpose "
+            f"{'say' if len(sources) > 1 else 'says'} so) but {root} holds no checkpoint to resume from (none was saved, or they were "
+            "deleted or moved); rerunning would start over at iteration 1. Put the checkpoints back, start over on purpose "
             "with --set checkpoint.resume=never (the earlier rows stay in metrics.jsonl under "
             "their run ids), or train into a fresh --output"
         )
