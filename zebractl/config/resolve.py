@@ -89,28 +89,45 @@ class _Layer:
     path: Path
 
 
-def _read_chain(path: Path, kind: catalog.Kind, seen: tuple[Path, ...] = ()) -> list[_Layer]:
-    """The file and what it extends, base first."""
+MAX_EXTENDS = 64
+"""The longest ``extends`` chain read (files, the first included): deeper is an error naming the
+first file, not a recursion that runs out of stack."""
+
+
+def _read_chain(path: Path, kind: catalog.Kind) -> list[_Layer]:
+    """The file and what it extends, base first (a loop, not a recursion: a chain of any length
+    ends in a cycle or depth error naming where it started)."""
+    layers: list[_Layer] = []
+    seen: list[Path] = []
     real = path.resolve()
-    display = catalog.display_path(real)
-    if real in seen:
-        cycle = " -> ".join(catalog.display_path(p) for p in (*seen, real))
-        raise ConfigError(f"{display}: `extends` cycle: {cycle}")
-    data, lines = load_with_lines(real, display)
-    layer = _Layer(data, lines, display, real)
-    if INHERIT_KEY not in data:
-        return [layer]
-    ref = data.pop(INHERIT_KEY)
-    line = lines.pop(INHERIT_KEY)
-    if not isinstance(ref, str) or not ref:
-        raise ConfigError(
-            f"{display}:{line}: extends: expected the name or path of one {kind}, got {ref!r}"
-        )
-    try:
-        parent = catalog.find(ref, kind, real.parent)
-    except ConfigError as exc:
-        raise ConfigError(f"{display}:{line}: extends: {exc}") from None
-    return [*_read_chain(parent, kind, (*seen, real)), layer]
+    first_line = 1
+    while True:
+        display = catalog.display_path(real)
+        if real in seen:
+            cycle = " -> ".join(catalog.display_path(p) for p in (*seen, real))
+            raise ConfigError(f"{display}: `extends` cycle: {cycle}")
+        if len(seen) == MAX_EXTENDS:
+            raise ConfigError(
+                f"{layers[0].display}:{first_line}: extends: the chain is longer than "
+                f"{MAX_EXTENDS} files (it reached {display})"
+            )
+        seen.append(real)
+        data, lines = load_with_lines(real, display)
+        layer = _Layer(data, lines, display, real)
+        layers.append(layer)
+        if INHERIT_KEY not in data:
+            return layers[::-1]
+        ref, line = data.pop(INHERIT_KEY), lines.pop(INHERIT_KEY)
+        if len(layers) == 1:
+            first_line = line  # the first file's `extends` (named by a depth error)
+        if not isinstance(ref, str) or not ref:
+            raise ConfigError(
+                f"{display}:{line}: extends: expected the name or path of one {kind}, got {ref!r}"
+            )
+        try:
+            real = catalog.find(ref, kind, real.parent).resolve()
+        except ConfigError as exc:
+            raise ConfigError(f"{display}:{line}: extends: {exc}") from None
 
 
 def _where_of_leaves(

@@ -138,6 +138,31 @@ def _enter(node: yaml.Node, budget: _Budget, stack: tuple[int, ...], label: str 
     return (*stack, id(node))
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _pair(m: re.Match[str]) -> str:
+    return m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+
+
+def _scalar(node: yaml.Node, loader: _Loader, budget: _Budget) -> Any:
+    """A scalar's value. A surrogate pair written as two escapes (``"\\ud83d\\ude00"``, as JSON
+    spells it) is joined into its one character; a lone surrogate (which YAML accepts and no UTF-8
+    writer can print) is refused here, at its line, rather than where the config is shown or
+    written."""
+    value = loader.construct_object(node, deep=True)
+    if isinstance(value, str) and _SURROGATE.search(value):
+        value = _PAIR.sub(_pair, value)
+        bad = _SURROGATE.search(value)
+        if bad:
+            raise ConfigError(
+                f"{budget.at(node)}: a lone surrogate escape (\\u{ord(bad.group()):04x}), not "
+                "Unicode text"
+            )
+    return value
+
+
 def _value(node: yaml.Node, loader: _Loader, budget: _Budget, stack: tuple[int, ...]) -> Any:
     """A plain value (no line bookkeeping) with the depth, alias and recursion checks."""
     inner = _enter(node, budget, stack)
@@ -148,7 +173,7 @@ def _value(node: yaml.Node, loader: _Loader, budget: _Budget, stack: tuple[int, 
         }
     if isinstance(node, yaml.SequenceNode):
         return [_value(v, loader, budget, inner) for v in node.value]
-    return loader.construct_object(node, deep=True)
+    return _scalar(node, loader, budget)
 
 
 def _convert(
@@ -184,7 +209,7 @@ def _convert(
             lines[f"{prefix}{i}"] = v.start_mark.line + 1
             items.append(_convert(v, loader, f"{prefix}{i}.", lines, budget, inner))
         return items
-    return loader.construct_object(node, deep=True)
+    return _scalar(node, loader, budget)
 
 
 def _check_flow_depth(text: str, where: str) -> None:
