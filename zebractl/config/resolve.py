@@ -24,7 +24,7 @@ from zebractl.config import catalog
 from zebractl.config.yamlio import load_with_lines, parse_scalar
 from zebractl.errors import ConfigError
 from zebractl.schemas.preset import ModelConfig, model_problems
-from zebractl.schemas.recipe import Derived, RunConfig, derive, run_problems
+from zebractl.schemas.recipe import Derived, RunConfig, derive, related_keys, run_problems
 from zebractl.util import flatten
 
 INHERIT_KEY = "extends"
@@ -327,12 +327,15 @@ def schema_choices(dotted: str, model: type[BaseModel] = RunConfig) -> list[str]
 
 
 def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
+    """Where ``dotted`` (or the section holding it) was set; else where a key under it was (an
+    unknown section brought in by ``--set no.such=1`` is the --set's); else ``default``."""
     key = dotted
     while key:
         if key in where:
             return where[key]
         key = key.rpartition(".")[0]
-    return default
+    below = [src for k, src in where.items() if dotted and k.startswith(dotted + ".")]
+    return below[0] if below else default
 
 
 _EXPECTED = {
@@ -416,6 +419,9 @@ def _render(
         msg = err["msg"][0].lower() + err["msg"][1:]
     else:
         msg = err["msg"]
+    if src == "--set" and dotted not in where:  # a --set under the key (a section it made)
+        under = [k for k, v in where.items() if v == "--set" and k.startswith(dotted + ".")]
+        src = f"--set {under[0]}" if under else src
     return dotted, f"{src}: {dotted or '(top level)'}: {msg}"
 
 
@@ -424,6 +430,7 @@ def _validate(
     raw: dict[str, Any],
     where: dict[str, str],
     default_src: str,
+    order: dict[str, int] | None = None,
 ) -> RunConfig | ModelConfig:
     try:
         cfg = cls.model_validate(raw)
@@ -433,9 +440,46 @@ def _validate(
         raise ConfigError("\n".join(lines), problems=lines) from None
     found = run_problems(cfg) if isinstance(cfg, RunConfig) else model_problems(cfg)
     if found:
-        lines = [f"{_source_of(k, where, default_src)}: {k}: {msg}" for k, msg in found]
+        lines = [_blame(k, msg, raw, where, default_src, order or {}) for k, msg in found]
         raise ConfigError("\n".join(lines), problems=lines)
     return cfg
+
+
+def _rank(src: str, order: dict[str, int]) -> int:
+    """How late in the merge order a source is: ``--set`` last, then the files in ``order``
+    (display -> position: the preset's chain, then the recipe's), then anything else."""
+    if src == "--set" or src.startswith("cleared by --set"):
+        return 1 << 30
+    return order.get(src.rpartition(":")[0], 0)
+
+
+def _blame(
+    key: str, msg: str, raw: dict[str, Any], where: dict[str, str], default: str,
+    order: dict[str, int],
+) -> str:  # fmt: skip
+    """A cross-field problem at ``key``, as ``source: key: message``. When a key it depends on
+    (:func:`related_keys`) was set later in the merge order than ``key`` itself (a recipe that
+    nulls the preset's mixer section, a ``--set`` of the micro batch), that setting is the cause:
+    the line names its source and says where ``key`` came from."""
+    own = _source_of(key, where, default)
+    cause, best = None, _rank(own, order)
+    for other in related_keys(key):
+        if other in where and _rank(where[other], order) > best:
+            cause, best = other, _rank(where[other], order)
+    if cause is None:
+        return f"{own}: {key}: {msg}"
+    src = where[cause]
+    src = f"--set {cause}" if src == "--set" else src
+    value = _lookup(raw, cause)
+    what = f"{cause} set to null" if value is None else f"{cause} = {_describe(value)}"
+    return f"{src}: {key}: {msg} ({what} here; {key} from {own})"
+
+
+def _lookup(raw: dict[str, Any], dotted: str) -> Any:
+    node: Any = raw
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def _provenance(cfg: BaseModel, where: dict[str, str]) -> dict[str, str]:
@@ -467,28 +511,53 @@ def resolve_preset(ref: str | Path, sets: list[str] | None = None) -> Resolved:
     raw: dict[str, Any] = {}
     where: dict[str, str] = {}
     layers = _read_chain(path, "preset")
+    _refuse_empty(layers, "")
     _merge_layers(raw, layers, "", where)
     apply_sets(raw, sets or [], where)
     source = layers[-1].display
-    cfg = _validate(ModelConfig, raw, where, source)
+    order = {layer.display: i for i, layer in enumerate(layers, 1)}
+    cfg = _validate(ModelConfig, raw, where, source, order)
     return Resolved("preset", path.stem, source, cfg, _provenance(cfg, where))
+
+
+def _refuse_empty(chain: list[_Layer], named_at: str) -> None:
+    """A preset whose files hold no keys at all (an empty or comment-only file) is named as such,
+    not reported as every required key missing from the recipe that names it."""
+    if any(layer.data for layer in chain):
+        return
+    files = " <- ".join(layer.display for layer in reversed(chain))
+    if not named_at:  # the file given on the command line: a recipe or a preset, it says nothing
+        raise ConfigError(f"{chain[-1].display}:1: the file is empty (no keys in {files})")
+    raise ConfigError(
+        f"{chain[-1].display}:1: the preset is empty (no keys in {files}); it was named at "
+        f"{named_at}"
+    )
 
 
 def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
     """Resolve a recipe: its preset, its own chain, then ``--set`` overrides."""
     path = Path(ref) if isinstance(ref, Path) else catalog.find(ref, "recipe")
     chain = _read_chain(path, "recipe")
+    _refuse_empty(chain, "")
     source = chain[-1].display
 
     # Which preset, and from which file (relative paths resolve next to the file that names it).
     preset_ref: Any = None
     preset_layer: _Layer | None = None
+    nulled = ""  # where the preset was set to null, if the last word on it was null
     for layer in chain:
         if "preset" in layer.data:
             preset_ref, preset_layer = layer.data["preset"], layer
+            nulled = f"{layer.display}:{layer.lines['preset']}" if preset_ref is None else ""
     for item in sets or []:
         if item.partition("=")[0].strip() == "preset":
             preset_ref, preset_layer = parse_scalar(item.partition("=")[2], "--set preset"), None
+            nulled = "--set preset" if preset_ref is None else ""
+    if nulled:
+        raise ConfigError(
+            f"{nulled}: preset: set to null; a recipe names its architecture (e.g. "
+            "`preset: kda_300M`; `zebractl presets` lists them)"
+        )
     if preset_ref is None:
         problems = [
             f"{layer.display}:{layer.lines[key]}: unknown key '{key}': zebractl has exactly one "
@@ -517,10 +586,13 @@ def resolve_recipe(ref: str | Path, sets: list[str] | None = None) -> Resolved:
 
     raw: dict[str, Any] = {"model": {}}
     where: dict[str, str] = {}
-    _merge_layers(raw["model"], _read_chain(preset_path, "preset"), "model.", where)
+    preset_chain = _read_chain(preset_path, "preset")
+    _refuse_empty(preset_chain, named_at)
+    _merge_layers(raw["model"], preset_chain, "model.", where)
     _merge_layers(raw, chain, "", where)
     apply_sets(raw, sets or [], where)
-    cfg = _validate(RunConfig, raw, where, source)
+    order = {layer.display: i for i, layer in enumerate([*preset_chain, *chain], 1)}
+    cfg = _validate(RunConfig, raw, where, source, order)
     return Resolved("recipe", path.stem, source, cfg, _provenance(cfg, where))
 
 

@@ -287,6 +287,25 @@ Problem = tuple[str, str]
 """(dotted key, plain-language message)."""
 
 
+_MIXERS = ("kda", "gdn", "mamba2", "mla")
+_LAYOUT = ("layout.mixer", "layout.pattern", "layout.hybrid_attention_ratio")
+MODEL_RELATED: dict[str, tuple[str, ...]] = {
+    "layout": (*_MIXERS, *_LAYOUT, "num_blocks"),
+    **dict.fromkeys(_MIXERS, ("layout", *_LAYOUT)),
+    "layout.pattern": ("num_blocks", *_LAYOUT),
+    "layout.mixer": _LAYOUT,
+    "kda.lower_bound": ("kda.safe_gate",),
+    **{
+        f"{n}.{k}": ("hidden_size", f"{n}.num_heads", f"{n}.head_k_dim", f"{n}.head_v_dim",
+                     f"{n}.expand_v")
+        for n in ("kda", "gdn") for k in ("num_heads", "expand_v")
+    },
+}  # fmt: skip
+"""For each key a cross-field problem of :func:`model_problems` is reported at, the other keys
+whose values it depends on (relative to the model root): a problem caused by a later layer's value
+(a recipe's override, a ``--set``) is blamed on that value's line, not on the key's own."""
+
+
 def model_problems(m: ModelConfig) -> list[Problem]:
     """Every cross-field inconsistency of an architecture, keys relative to the model root."""
     out = _layout_problems(m) + _section_problems(m)

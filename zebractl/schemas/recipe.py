@@ -13,7 +13,13 @@ from pydantic import Field, field_validator
 
 from zebractl.schemas import bounds as B
 from zebractl.schemas.base import StrictModel
-from zebractl.schemas.preset import ModelConfig, Problem, max_sequence_length, model_problems
+from zebractl.schemas.preset import (
+    MODEL_RELATED,
+    ModelConfig,
+    Problem,
+    max_sequence_length,
+    model_problems,
+)
 
 
 class DatasetEntry(StrictModel):
@@ -368,6 +374,33 @@ def derive(cfg: RunConfig) -> Derived:
         total_tokens=iters * tokens,
         sublayers=list(cfg.model.sublayers),
     )
+
+
+_PARALLEL = ("parallelism.num_gpus", "parallelism.tp", "parallelism.pp", "parallelism.cp")
+RUN_RELATED: dict[str, tuple[str, ...]] = {
+    "parallelism.num_gpus": _PARALLEL[1:],
+    "batch.global": ("batch.micro", *_PARALLEL),
+    "parallelism.pp": ("model.num_blocks",),
+    "parallelism.tp": ("model.kda", "model.gdn", "model.mla", "model.kda.num_heads",
+                       "model.gdn.num_heads", "model.mla.num_heads"),
+    "schedule.min_lr": ("schedule.lr",),
+    "schedule.iterations": ("schedule.train_tokens",),
+    "schedule.warmup_iterations": ("schedule.iterations", "schedule.train_tokens",
+                                   "batch.global", "data.seq_length"),
+    "data.seq_length": ("model.max_position_embeddings", "model.mla", "parallelism.cp"),
+    "recompute.blocks": ("recompute.mode", "model.num_blocks"),
+}  # fmt: skip
+""":data:`~zebractl.schemas.preset.MODEL_RELATED` for :func:`run_problems`' keys."""
+
+
+def related_keys(key: str) -> tuple[str, ...]:
+    """The keys a cross-field problem reported at ``key`` depends on: a recipe's (``batch.global``,
+    ``model.layout``) or a preset's (``layout``)."""
+    if key in RUN_RELATED:
+        return RUN_RELATED[key]
+    if key.startswith("model."):
+        return tuple("model." + k for k in MODEL_RELATED.get(key.removeprefix("model."), ()))
+    return MODEL_RELATED.get(key, ())
 
 
 def run_problems(cfg: RunConfig) -> list[Problem]:
