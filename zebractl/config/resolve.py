@@ -100,7 +100,7 @@ def _read_chain(path: Path, kind: catalog.Kind) -> list[_Layer]:
     layers: list[_Layer] = []
     seen: list[Path] = []
     real = path.resolve()
-    first_line = 1
+    first_line = extended_at = 1
     while True:
         display = catalog.display_path(real)
         if real in seen:
@@ -113,11 +113,17 @@ def _read_chain(path: Path, kind: catalog.Kind) -> list[_Layer]:
             )
         seen.append(real)
         data, lines = load_with_lines(real, display)
+        if not data and layers:
+            raise ConfigError(
+                f"{display}:1: the file is empty (no keys); it is extended at "
+                f"{layers[-1].display}:{extended_at}"
+            )
         layer = _Layer(data, lines, display, real)
         layers.append(layer)
         if INHERIT_KEY not in data:
             return layers[::-1]
         ref, line = data.pop(INHERIT_KEY), lines.pop(INHERIT_KEY)
+        extended_at = line
         if len(layers) == 1:
             first_line = line  # the first file's `extends` (named by a depth error)
         if not isinstance(ref, str) or not ref:
@@ -327,15 +333,20 @@ def schema_choices(dotted: str, model: type[BaseModel] = RunConfig) -> list[str]
 
 
 def _source_of(dotted: str, where: dict[str, str], default: str) -> str:
-    """Where ``dotted`` (or the section holding it) was set; else where a key under it was (an
-    unknown section brought in by ``--set no.such=1`` is the --set's); else ``default``."""
-    key = dotted
+    """Where ``dotted`` was set; else where a key under it was (an unknown section brought in by
+    ``--set no.such=1`` is the --set's, not the recipe's that has a section above it); else where
+    the section holding it was; else ``default``."""
+    if dotted in where:
+        return where[dotted]
+    below = [src for k, src in where.items() if dotted and k.startswith(dotted + ".")]
+    if below:
+        return below[0]
+    key = dotted.rpartition(".")[0]
     while key:
         if key in where:
             return where[key]
         key = key.rpartition(".")[0]
-    below = [src for k, src in where.items() if dotted and k.startswith(dotted + ".")]
-    return below[0] if below else default
+    return default
 
 
 _EXPECTED = {
