@@ -20,7 +20,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,15 @@ class Source:
     recipe: str
     provenance: dict[str, str]
     checkpoint: Any  # zebractl.run.checkpoint.Checkpoint
+    skipped: list[str] = field(default_factory=list)
+    """Damaged checkpoints passed over to reach ``checkpoint`` (``FOLDER: reason``, newest first)."""
+
+    def announce(self, console: Callable[[str], None], verb: str, more: str = "") -> None:
+        """Say which checkpoint is used (``verb``: reading, converting ...; ``more`` after its
+        iteration) and each damaged one passed over, one line each."""
+        for line in self.skipped:
+            console(f"warning: skipped damaged checkpoint {line}")
+        console(f"{verb} {self.checkpoint.folder} (iteration {self.iteration}){more}")
 
     @property
     def iteration(self) -> int:
@@ -99,10 +108,10 @@ def open_source(path: Path, iteration: int | None = None) -> Source:
             )
         found = ckpt.find(folder)
     elif path.resolve() == root.resolve():
-        found = ckpt.find(run.checkpoints)
+        found = ckpt.find(run.checkpoints, skipped := [])
     else:
-        found = ckpt.find(path)
-    return Source(root, cfg, record.recipe, record.provenance, found)
+        found = ckpt.find(path, skipped := [])
+    return Source(root, cfg, record.recipe, record.provenance, found, skipped)
 
 
 def load_model(src: Source) -> Any:
@@ -399,7 +408,7 @@ def export_hf(
     src = open_source(source, iteration)
     fmt = export_format(src.cfg, fmt)
     m = src.cfg.model
-    console(f"reading {src.checkpoint.folder} (iteration {src.iteration})")
+    src.announce(console, "reading")
     model = load_model(src)
     rope = mla_rope(model)
     # the vocabulary's padding rows are kept: the export computes exactly the trained softmax

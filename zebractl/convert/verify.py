@@ -131,6 +131,7 @@ def verify_conversion(
     converted = Path(converted)
     config = _read_config(converted)
     src = open_source(source)
+    src.announce(console, "checking", f" against {converted}")
     m = src.cfg.model
     fmt = folder_format(config)
     if fmt == "fla":

@@ -145,7 +145,7 @@ def open_model(
         )
     src = H.open_source(path, iteration)
     dt, dname = _dtype(dtype, device)
-    console(f"converting {src.checkpoint.folder} (iteration {src.iteration}) in memory ({dname})")
+    src.announce(console, "converting", f" in memory ({dname})")
     tok_dir = H.tokenizer_dir(src.cfg)
     if tok_dir is None:
         raise ConfigError(

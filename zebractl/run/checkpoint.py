@@ -334,9 +334,10 @@ def all_damaged(root: Path, damaged: list[str]) -> ConfigError:
     )
 
 
-def find(source: Path) -> Checkpoint:
+def find(source: Path, skipped: list[str] | None = None) -> Checkpoint:
     """The checkpoint ``source`` names: a checkpoint folder, a checkpoints folder or a run folder
-    (newest intact one)."""
+    (newest intact one). Each damaged checkpoint passed over on the way is appended to
+    ``skipped`` (``FOLDER: reason``) for the reader to name."""
     if not source.exists():
         raise ConfigError(f"{source}: no such checkpoint, checkpoints folder or run directory")
     if (source / MARKER).exists():
@@ -349,7 +350,9 @@ def find(source: Path) -> Checkpoint:
         for _, folder in reversed(found):
             try:
                 return check_intact(folder)
-            except DamagedCheckpoint:
+            except DamagedCheckpoint as exc:
+                if skipped is not None:
+                    skipped.append(str(exc))
                 continue
         if found:
             raise ConfigError(f"{root}: every checkpoint is damaged")
