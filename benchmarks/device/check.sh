@@ -61,6 +61,8 @@
 #   CHECK_DATA=DIR        local mode: a prepared dataset (default gpu_data/ or data/demo/)
 #   CHECK_CACHE_DIR=DIR   reuse this ZEBRACTL_CACHE_DIR instead of a fresh one (not wiped)
 #   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
+#   CHECK_PERF_RECIPES="kda_300M gdn_300M"   the perf phase's recipes (one of them: a shorter job; the
+#                         record then says the other was not measured)
 #   CHECK_PERF_MICRO=64   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
 #   CHECK_EVAL_CAP=150    CHECK_EVAL_BATCH= (e.g. auto)   the seed suite once, on a warm machine:
 #     PHASES="parity eval" CHECK_EVAL_TASK=seed CHECK_EVAL_LIMIT=0 CHECK_EVAL_BATCH=auto \
@@ -84,7 +86,7 @@ KNOWN_PHASES="perf memory tests parity eval"  # memory: only when named (issue 2
 # the one-GPU recipes as shipped; the 8B's blocks at depth 4 and 8 as its 8-GPU recipe trains them
 # (issue 27: the difference is one block's share); recompute modes the shipped ones do not use
 MEMORY_RUNS="zebra_kda_1B_hybrid_1gpu zebra_gdn_1B_hybrid_1gpu zebra_mamba_1B_hybrid_1gpu zebra_mamba_3B_hybrid_1gpu zebra_mamba_8B_hybrid:::model.num_blocks=4 zebra_mamba_8B_hybrid:::model.num_blocks=8 zebra_kda_1B_hybrid_1gpu:fit:selective:schedule.iterations=8 zebra_mamba_3B_hybrid_1gpu:fit:full:schedule.iterations=6 zebra_mamba_1B_hybrid_1gpu:fit::data.seq_length=8192,schedule.iterations=8"
-PERF_RECIPES="kda_300M gdn_300M"
+PERF_RECIPES=${CHECK_PERF_RECIPES:-kda_300M gdn_300M}  # the perf phase's recipes (the record expects these two)
 PARITY_RECIPE=kda_300M
 
 now() { date +%s; }
@@ -450,7 +452,7 @@ write_env() {  # everything the job (a fresh bash under setsid, or this one) nee
       ZEBRACTL_TEST_DATA EVAL_OK EVAL_REASON EVAL_PATH EVAL_TASK EVAL_LIMIT GPU_OK GPU_REASON \
       SETUP_OK SETUP_REASON OUTDIR FLA_VARIANTS CHECK_FORCE CHECK_XDIST CHECK_CAP_SCALE \
       CHECK_EVAL_CAP CHECK_EVAL_BATCH \
-      CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO CHECK_MEMORY_RUNS CHECK_MEMORY_ITERS \
+      CHECK_PYTEST_ARGS CHECK_EVAL_RUN CHECK_PERF_MICRO CHECK_PERF_RECIPES CHECK_MEMORY_RUNS CHECK_MEMORY_ITERS \
       CHECK_MEMORY_CAP CHECK_CHAT_DATA; do
     envvar "$v" "${!v:-}"
   done
