@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,9 +260,22 @@ def _load(spec: str) -> tuple[Tokenizer, Path]:
             f"{spec}: no tokenizer here (looked for tokenizer.json, vocab.json + "
             "merges.txt, encoder.json + vocab.bpe, tokenizer.model)"
         )
-    if spec.count("/") <= 1 and not spec.startswith((".", "/", "~")):
+    if _hub_id(spec, path):
         return _load_from_hub(spec)
     raise ConfigError(f"{spec}: no such tokenizer file or folder")
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def _hub_id(spec: str, path: Path) -> bool:
+    """Whether a ``spec`` that names nothing here is a Hugging Face Hub id: spelled as one
+    (``org/name`` or ``name``), not a file name (``.json``, ``.model``), and not under a folder
+    that exists here (``data/tok`` with a ``data/`` folder is a local path that is missing, said
+    at once rather than after the Hub's retries)."""
+    if not _HUB_ID.fullmatch(spec) or path.suffix in (".json", ".model", ".txt", ".bpe"):
+        return False
+    return "/" not in spec or not path.parent.is_dir()
 
 
 def _load_from_hub(repo_id: str) -> tuple[Tokenizer, Path]:
