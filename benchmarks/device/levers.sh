@@ -13,6 +13,8 @@
 #   4. benchmarks/profile_step.py of kda_300M with both kernel levers (ours_fast);
 #   5. zebra_mamba_300M_hybrid at micro 16 (defaults, ours_fast), and kda_300M's ours_fast at 16.
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
+# LEVERS_QUICK=1: only 1 and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and FLA
+# tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds.
 # Files in $OUT: levers.log (everything), bench_*.json, profile_*.md, tests.log.
 set -uo pipefail
 export LC_ALL=C PYTHONUNBUFFERED=1
@@ -42,10 +44,14 @@ MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 M=32; [ "${MEM:-0}" -gt 100000 ] && M=64
 say "setup done; micro $M for the 300M models; commit ${LEVERS_COMMIT:-unknown}"
 
-run 90 tests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
+run 75 tests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
   tests/model/test_swiglu.py tests/model/test_rmsnorm.py
 cp "$LOG" "$OUT/tests.log"
 
+if [ "${LEVERS_QUICK:-0}" = 1 ]; then  # the defaults against FLA's kernels and FLA tuned only
+  run 230 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
+    --runs ours:$M ours_fla_kernels:$M fla_tuned:$M --json-out "$OUT/bench_kda.json"
+else
 run 230 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
   --runs ours:$M ours_tiled_norm:$M ours_packed_swiglu:$M ours_fast:$M ours_fast_graph:$M \
   fla_tuned:$M --json-out "$OUT/bench_kda.json"
@@ -60,6 +66,7 @@ run 150 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hy
   --runs ours:16 ours_fast:16 --json-out "$OUT/bench_hybrid.json"
 run 60 bench_kda16 "$PY" benchmarks/step_bench.py --preset kda_300M --runs ours_fast:16 \
   --json-out "$OUT/bench_kda16.json"
+fi
 say "done"
 grep '^RESULT' "$LOG" | "$PY" -c '
 import json, sys
