@@ -20,7 +20,7 @@ after --warmup steps. Three implementations, each built fresh from the same init
   RMSNorm backward (``kernels.rmsnorm_backward=tiled``; ``ours_graph_tiled_norm`` with the graph).
   ``ours_packed_swiglu``: zebractl's SwiGLU on the packed projection (``kernels.swiglu_kernel=packed``);
   ``ours_fast``: both kernels; ``ours_fast_graph``: both and the graph; ``ours_fla_kernels``: FLA's
-  RMSNorm backward and SwiGLU (the defaults before tiled/packed became them). ``ours_chunks32`` / ``8`` / ``4`` /
+  RMSNorm backward and SwiGLU whatever the defaults say. ``ours_chunks32`` / ``8`` / ``4`` /
   ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since the fourth session, 32
   before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the

@@ -68,13 +68,4 @@ run 60 bench_kda16 "$PY" benchmarks/step_bench.py --preset kda_300M --runs ours_
   --json-out "$OUT/bench_kda16.json"
 fi
 say "done"
-grep '^RESULT' "$LOG" | "$PY" -c '
-import json, sys
-print(f"{\"preset\":26} {\"impl\":22} {\"micro\":>5} {\"tok/s\":>9} {\"mfu_plan\":>8} {\"peak\":>7} {\"loss1\":>8}")
-for line in sys.stdin:
-    r = json.loads(line[7:])
-    if r.get("check") != "step":
-        continue
-    print(f"{r[\"preset\"]:26} {r[\"impl\"]:22} {r[\"micro\"]:>5} {r.get(\"tokens_per_s\", \"OOM\"):>9} "
-          f"{r.get(\"mfu_plan\", \"\"):>8} {r.get(\"peak_gib\", \"\"):>7} {r.get(\"loss_first\", r.get(\"error\", \"\"))!s:>8}")
-' | tee "$OUT/table.txt"
+"$PY" benchmarks/device/levers_table.py < "$LOG" | tee "$OUT/table.txt"
