@@ -123,3 +123,31 @@ def test_a_set_of_a_key_that_exists_nowhere_names_the_set(cli, key):
     said = err.removeprefix("error: ")
     assert said.startswith(f"--set {key}: ") or said.startswith(f"--set: {key}:"), err
     assert "recipes/tiny_kda.yaml" not in err
+
+
+TOP = ["data", "logging", "kernels", "model", "batch"]
+
+
+def _nested(depth: int) -> str:
+    return (
+        "".join("  " * (i + 1) + f"k{i}:\n" for i in range(depth)) + "  " * (depth + 1) + "v: 1\n"
+    )
+
+
+@pytest.mark.parametrize("top", TOP)
+@pytest.mark.parametrize("kind", ["block", "flow", "aliases"])
+def test_a_limit_tripped_deep_inside_names_the_top_level_key(cli, write, top, kind):
+    """Over-deep nesting (block or flow style) or an alias expansion past the value budget,
+    under any top-level key: the error names that key at its own line (and where it tripped)."""
+    head = "extends: tiny_kda\nseed: 3\n"
+    if kind == "block":
+        body = f"{top}:\n" + _nested(40)
+    elif kind == "flow":
+        body = f"{top}:\n  x: " + "[" * 40 + "1" + "]" * 40 + "\n"
+    else:
+        lines = ["  a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
+        body = f"{top}:\n" + "\n".join(lines) + "\n"
+    write("r.yaml", head + body)
+    err = _error(cli, "config", "validate", "r.yaml")
+    assert f"r.yaml:3: {top}: " in err and "(at line " in err, err

@@ -108,6 +108,7 @@ class _Budget:
 
     def __init__(self, where: str) -> None:
         self.where, self.left = where, MAX_NODES
+        self.top: tuple[str, int] | None = None  # the top-level key being read, and its line
 
     def at(self, node: yaml.Node) -> str:
         """``file:line`` of a node (a --set value has one line)."""
@@ -117,12 +118,23 @@ class _Budget:
             else f"{self.where}:{node.start_mark.line + 1}"
         )
 
+    def limit(self, node: yaml.Node, what: str) -> ConfigError:
+        """A limit tripped at ``node``: named at the top-level key holding it (its line), with
+        the line where it tripped."""
+        if self.top is None or self.where.startswith("--set"):
+            return ConfigError(f"{self.at(node)}: {what}")
+        key, line = self.top
+        return ConfigError(
+            f"{self.where}:{line}: {key}: {what} (at line {node.start_mark.line + 1})"
+        )
+
     def spend(self, node: yaml.Node) -> None:
         self.left -= 1
         if self.left < 0:
-            raise ConfigError(
-                f"{self.at(node)}: the document expands to more than "
-                f"{MAX_NODES:,} values (aliases repeated inside aliases?); write it out plainly"
+            raise self.limit(
+                node,
+                f"the document expands to more than {MAX_NODES:,} values (aliases repeated "
+                "inside aliases?); write it out plainly",
             )
 
 
@@ -130,11 +142,10 @@ def _enter(node: yaml.Node, budget: _Budget, stack: tuple[int, ...], label: str 
     """Count ``node`` against the alias budget and refuse recursion and depth; returns the stack of
     its children."""
     budget.spend(node)
-    where = budget.at(node) + (f": {label}" if label else "")
     if id(node) in stack:
-        raise ConfigError(f"{where}: an alias refers to a value that contains it; remove the alias")
+        raise budget.limit(node, "an alias refers to a value that contains it; remove the alias")
     if len(stack) > MAX_DEPTH:
-        raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep; flatten it")
+        raise budget.limit(node, f"nested more than {MAX_DEPTH} levels deep; flatten it")
     return (*stack, id(node))
 
 
@@ -201,6 +212,8 @@ def _convert(
                     f"(first set on line {lines[dotted]})"
                 )
             lines[dotted] = key_node.start_mark.line + 1
+            if not prefix:  # a top-level key: limits tripped inside it are named at it
+                budget.top = (key, lines[dotted])
             out[key] = _convert(value_node, loader, dotted + ".", lines, budget, inner)
         return out
     if isinstance(node, yaml.SequenceNode):
@@ -210,6 +223,19 @@ def _convert(
             items.append(_convert(v, loader, f"{prefix}{i}.", lines, budget, inner))
         return items
     return _scalar(node, loader, budget)
+
+
+_TOP_KEY = re.compile(r"""^(?:"([^"]+)"|'([^']+)'|([^\s#:'"{}\[\]-][^:#]*?))\s*:(?:\s|$)""")
+
+
+def _top_key_at(text: str, line: int) -> tuple[str, int] | None:
+    """The top-level key (written at column 0) whose value holds ``line``, and its line."""
+    rows = text.splitlines()
+    for n in range(min(line, len(rows)), 0, -1):
+        m = _TOP_KEY.match(rows[n - 1])
+        if m:
+            return next(g for g in m.groups() if g is not None).strip(), n
+    return None
 
 
 def _check_flow_depth(text: str, where: str) -> None:
@@ -236,9 +262,11 @@ def _check_flow_depth(text: str, where: str) -> None:
         elif c in "[{":
             depth += 1
             if depth > MAX_DEPTH:
-                raise ConfigError(
-                    f"{where}:{line}: nested more than {MAX_DEPTH} levels deep; flatten it"
-                )
+                what = f"nested more than {MAX_DEPTH} levels deep; flatten it"
+                top = _top_key_at(text, line)
+                if top is None:
+                    raise ConfigError(f"{where}:{line}: {what}")
+                raise ConfigError(f"{where}:{top[1]}: {top[0]}: {what} (at line {line})")
         elif c in "]}":
             depth = max(0, depth - 1)
         i += 1
