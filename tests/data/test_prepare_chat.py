@@ -169,6 +169,22 @@ def test_overlong_conversations_follow_the_declared_policy(cli, tmp_path):
     assert (manifest["chat"]["truncated"], manifest["chat"]["dropped"], len(rows)) == (0, 2, 1)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_every_conversation_dropped_says_so_by_policy(cli, tmp_path, workers):
+    """Issue 42: a file whose only conversations the over-long policy drops is refused with the
+    count and the policy (it said "0 record(s) skipped ... check --text-key")."""
+    long_answer = [
+        {"role": "user", "content": "Talk."},
+        {"role": "assistant", "content": "w " * 300},
+    ]
+    src = _jsonl(tmp_path / "talk.jsonl", [long_answer, long_answer, long_answer])
+    args = ("--seq-length", "64", "--overlong", "drop", "--workers", workers)
+    r = _prepare(cli, src, tmp_path / "drop", *args)
+    assert r.exit_code == 2, r.output
+    assert "all 3 of 3 were dropped by --overlong drop" in r.stderr, r.stderr
+    assert "--seq-length 64" in r.stderr and "--text-key" not in r.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -256,7 +256,7 @@ def prepare(
         fresh={sh.name for sh in todo},
         template=template,
     )
-    _refuse_empty(manifest["totals"], sources)
+    _refuse_empty(manifest["totals"], sources, manifest.get("chat"))
     write_json(out / "manifest.json", manifest)
     if not any((out / ".tmp").iterdir()):
         (out / ".tmp").rmdir()
@@ -384,16 +384,29 @@ def _tokenize_all(
     }
 
 
-def _refuse_empty(totals: dict[str, Any], sources: list[Source]) -> None:
-    """No token at all is a usage error naming the inputs (exit 2)."""
-    if totals["tokens"] == 0:
-        skipped = sum(totals["skipped"].values())
+def _refuse_empty(
+    totals: dict[str, Any], sources: list[Source], chat: dict[str, Any] | None = None
+) -> None:
+    """No token at all is a usage error naming the inputs (exit 2) and why: conversations the
+    over-long policy dropped, or records skipped and documents empty."""
+    if totals["tokens"] != 0:
+        return
+    files = (
+        f"{', '.join(s.path for s in sources[:3])}{' ...' if len(sources) > 3 else ''}: "
+        f"{len(sources)} file(s) read"
+    )
+    if chat and chat.get("dropped"):
         raise ConfigError(
-            f"no documents in {', '.join(s.path for s in sources[:3])}"
-            f"{' ...' if len(sources) > 3 else ''}: {len(sources)} file(s) read, "
-            f"{totals['empty_documents']} empty document(s), {skipped} record(s) skipped; "
-            "nothing to prepare (check --text-key and the input files)"
+            f"no conversations left in {files}: all {chat['dropped']} of "
+            f"{chat['conversations']} were dropped by --overlong drop (longer than --seq-length "
+            f"{chat['seq_length']} tokens); nothing to prepare (raise --seq-length, or "
+            "--overlong truncate to keep their beginnings)"
         )
+    skipped = sum(totals["skipped"].values())
+    raise ConfigError(
+        f"no documents in {files}, {totals['empty_documents']} empty document(s), {skipped} "
+        "record(s) skipped; nothing to prepare (check --text-key and the input files)"
+    )
 
 
 def _run_pool(
