@@ -567,3 +567,35 @@ def test_one_prepare_per_output_folder(cli, tmp_path):
     assert r.exit_code == 0, r.output
     assert (out / "manifest.json").is_file() and lock.holder(out) is None
     assert cli("prepare", "--verify", str(out)).exit_code == 0  # the lock file is no dataset file
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--add-bos", "--no-add-eos"), "has no BOS token; use --no-add-bos"),
+        (("--no-add-bos", "--add-eos"), "has no EOS token; use --no-add-eos"),
+        (
+            ("--add-bos", "--add-eos"),
+            "has no BOS and no EOS token; use --no-add-bos and --no-add-eos",
+        ),
+    ],
+)
+def test_a_tokenizer_without_the_asked_marker_leaves_nothing_behind(cli, tmp_path, flags, said):
+    """Issue 42: the refusal names the marker(s) missing and leaves no .tmp files (the text
+    shard opened its .tmp/*.bin before checking the tokenizer)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"text": "a b a"}\n{"text": "b a"}\n')
+    out = tmp_path / "o"
+    r = cli("prepare", str(src), "--tokenizer", str(tmp_path / "tok"), "--output", str(out), *flags)
+    assert r.exit_code == 2, r.output
+    assert said in r.stderr, r.stderr
+    left = [p for p in (out / ".tmp").rglob("*") if p.is_file()] if (out / ".tmp").exists() else []
+    assert left == [], left

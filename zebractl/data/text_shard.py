@@ -42,8 +42,9 @@ def tokenize_shard(
     report: Report,
 ) -> dict[str, Any]:
     """Tokenize one shard into ``shards/NAME.SPLIT.bin/.idx`` and write its marker; return stats."""
+    markers = _markers(opts, tok)  # before any file is opened: a refusal leaves nothing behind
     writer = ShardWriter(opts.output, shard.name, opts.valid_fraction, dtype_name)
-    docs = _Documents(opts, writer, *_markers(opts, tok))
+    docs = _Documents(opts, writer, *markers)
     with writer.unfinished():
         for src in shard.sources:
             writer.add_source(_read_source(src, opts, tok, docs, report))
@@ -55,10 +56,18 @@ def _markers(opts: PrepareOptions, tok: Any) -> tuple[list[int], list[int]]:
     """The BOS and the EOS put around every document (empty where the options add none)."""
     bos = [tok.bos_id] if opts.add_bos and tok.bos_id is not None else []
     eos = [tok.eos_id] if opts.add_eos and tok.eos_id is not None else []
-    if opts.add_bos and tok.bos_id is None or opts.add_eos and tok.eos_id is None:
+    missing = [
+        (name, flag)
+        for name, flag, asked, tid in (
+            ("BOS", "--no-add-bos", opts.add_bos, tok.bos_id),
+            ("EOS", "--no-add-eos", opts.add_eos, tok.eos_id),
+        )
+        if asked and tid is None
+    ]
+    if missing:
         raise ConfigError(
-            f"tokenizer {tok.source} has no {'BOS' if opts.add_bos else 'EOS'} "
-            "token; use --no-add-bos / --no-add-eos"
+            f"tokenizer {tok.source} has no {' and no '.join(n for n, _ in missing)} token; use "
+            f"{' and '.join(f for _, f in missing)}"
         )
     return bos, eos
 
