@@ -68,3 +68,35 @@ def test_convert_names_the_checkpoint_used_and_each_damaged_one(cli, trained, tm
     r = cli("verify", str(run), str(tmp_path / "hf"), "--json", "--tokens", "16")
     assert r.exit_code == 0, r.output
     assert "iter_0000002 (iteration 2)" in r.stderr
+
+
+@pytest.mark.slow
+def test_checkpoint_chooses_by_iteration_or_folder_and_refuses_the_wrong_ones(
+    cli, trained, tmp_path
+):
+    """``--checkpoint ITER|PATH`` (``--iteration`` still works): the chosen one is used, named;
+    a missing iteration, a folder of another run, a damaged chosen checkpoint and a folder that is
+    no checkpoint are exit 2 naming it, never a silent fall back to another."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    first = run / "checkpoints" / "iter_0000002"
+    for choice in ("2", str(first)):
+        out = tmp_path / f"hf{len(choice)}"
+        r = cli("convert", str(run), str(out), "--checkpoint", choice, "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["iteration"] == 2 and "iter_0000002 (iteration 2)" in r.stderr
+    r = cli("verify", str(run), str(tmp_path / "hf1"), "--checkpoint", "2", "--tokens", "16")
+    assert r.exit_code == 0, r.output
+    other = tmp_path / "other"
+    shutil.copytree(trained, other)
+    _truncate(run / "checkpoints" / "iter_0000004")
+    bad = {
+        "7": "no checkpoint of iteration 7",
+        str(other / "checkpoints" / "iter_0000002"): "not a checkpoint of",
+        "4": "iter_0000004",
+        str(run): "not a complete checkpoint folder",
+    }
+    for choice, said in bad.items():
+        r = cli("convert", str(run), str(tmp_path / "x"), "--checkpoint", choice)
+        assert r.exit_code == 2, (choice, r.output)
+        assert said in r.stderr and "Traceback" not in r.output, (choice, r.stderr)

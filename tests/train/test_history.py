@@ -139,3 +139,21 @@ def test_rerunning_a_finished_run_appends_nothing(cli, fast, trained, tmp_path):
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["val_loss"] == val["val_loss"]
     assert {f: (run / f).read_bytes() for f in files} == before
+
+
+def test_init_from_names_the_damaged_checkpoints_it_skips(fast, trained, tmp_path):
+    """Issue 42, item 2: --init-from a run whose newest checkpoint is damaged says so and which
+    checkpoint it took the weights from (it took the older one silently)."""
+    a = tmp_path / "a"
+    shutil.copytree(trained, a)
+    newest = a / "checkpoints" / "iter_0000004"
+    shard = max((p for p in newest.rglob("*") if p.is_file() and p.name != "zebractl.json"),
+                key=lambda p: p.stat().st_size)  # fmt: skip
+    shard.write_bytes(shard.read_bytes()[:100])
+    msgs: list[str] = []
+    fast.train(
+        "tiny_kda", tmp_path / "b", "schedule.iterations=2", init_from=a, console=msgs.append
+    )
+    skipped = [m for m in msgs if "skipped damaged checkpoint" in m]
+    assert len(skipped) == 1 and str(newest) in skipped[0], msgs
+    assert any("initialised weights from" in m and "iter_0000002" in m for m in msgs), msgs

@@ -39,7 +39,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "convert": (
         "zebractl convert runs/tiny_kda hf/tiny_kda",
-        "zebractl convert runs/kda_300M hf/kda_300M_it2000 --iteration 2000 --dtype fp32",
+        "zebractl convert runs/kda_300M hf/kda_300M_it2000 --checkpoint 2000 --dtype fp32",
         "zebractl convert hf/kda_300M ckpt/imported --to megatron",
     ),
     "verify": (

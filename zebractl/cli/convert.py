@@ -34,7 +34,13 @@ PresetOpt = Annotated[
     ),
 ]
 IterationOpt = Annotated[
-    int, typer.Option("--iteration", help="Checkpoint iteration (default: newest).")
+    str,
+    typer.Option(
+        "--checkpoint",
+        "--iteration",
+        metavar="ITER|PATH",
+        help="The checkpoint to export: an iteration of the run or one of its checkpoint folders (default: the newest intact one).",
+    ),
 ]
 DtypeOpt = Annotated[
     str,
@@ -127,6 +133,7 @@ def verify(
             autocompletion=choices("auto", "cpu", "cuda"),
         ),
     ] = "auto",
+    checkpoint: IterationOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a conversion tier by tier: structure, weights (bitwise), logits, greedy generation.
@@ -137,7 +144,9 @@ def verify(
     from zebractl.convert.verify import verify_conversion as run
 
     say = err if json_out else print
-    report = run(source, converted, tokens=tokens, device=device, console=say)
+    report = run(
+        source, converted, tokens=tokens, device=device, console=say, checkpoint=checkpoint
+    )
     for t in report.tiers:
         say(f"{t.name:<11} {t.status:<8} {t.detail}")
     if json_out:

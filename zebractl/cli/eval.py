@@ -65,7 +65,13 @@ OutputOpt = Annotated[
     ),
 ]
 IterationOpt = Annotated[
-    int, typer.Option("--iteration", help="A run's checkpoint iteration (default: newest).")
+    str,
+    typer.Option(
+        "--checkpoint",
+        "--iteration",
+        metavar="ITER|PATH",
+        help="A run's checkpoint: an iteration or one of its checkpoint folders (default: the newest intact one).",
+    ),
 ]
 DataOpt = Annotated[
     Path,

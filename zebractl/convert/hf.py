@@ -70,8 +70,19 @@ class Source:
         return self.checkpoint.iteration
 
 
-def open_source(path: Path, iteration: int | None = None) -> Source:
-    """The run and checkpoint ``path`` names (see the module docstring)."""
+def checkpoint_choice(choice: int | str | None) -> int | Path | None:
+    """``--checkpoint ITER|PATH``: an iteration (digits) or a checkpoint folder's path."""
+    if choice is None or isinstance(choice, int):
+        return choice
+    text = str(choice).strip()
+    if not text:
+        raise ConfigError("--checkpoint: expected an iteration or a checkpoint folder, got ''")
+    return int(text) if text.isdigit() else Path(text)
+
+
+def open_source(path: Path, iteration: int | str | None = None) -> Source:
+    """The run and checkpoint ``path`` names (see the module docstring); ``iteration``
+    (``--checkpoint``) chooses one: an iteration of the run, or a checkpoint folder of it."""
     from zebractl.run import checkpoint as ckpt
     from zebractl.run.rundir import RunDir
 
@@ -99,6 +110,25 @@ def open_source(path: Path, iteration: int | None = None) -> Source:
     run = RunDir.for_recipe(cfg, record.name, root)
     if not run.checkpoints.is_absolute() and not run.checkpoints.exists():
         run = RunDir(root)
+    choice = checkpoint_choice(iteration)
+    if isinstance(choice, Path):
+        if not (choice / ckpt.MARKER).is_file():
+            raise ConfigError(
+                f"--checkpoint {choice}: not a complete checkpoint folder (no {ckpt.MARKER}); "
+                f"complete ones of {root}: {[str(c.folder) for c in ckpt.complete(run.checkpoints)]}"
+            )
+        if choice.resolve().parent != run.checkpoints.resolve():
+            raise ConfigError(
+                f"--checkpoint {choice}: not a checkpoint of {root} (its checkpoints are in "
+                f"{run.checkpoints})"
+            )
+        try:
+            found = ckpt.check_intact(choice)
+        except ckpt.DamagedCheckpoint as exc:
+            raise ConfigError(f"--checkpoint: checkpoint {exc}") from None
+        return Source(root, cfg, record.recipe, record.provenance, found)
+    iteration = choice
+    skipped: list[str] = []
     if iteration is not None:
         folder = ckpt.checkpoint_dir(run.checkpoints, iteration)
         if not folder.is_dir():
@@ -106,11 +136,14 @@ def open_source(path: Path, iteration: int | None = None) -> Source:
             raise ConfigError(
                 f"{folder}: no checkpoint of iteration {iteration} (complete: {have})"
             )
-        found = ckpt.find(folder)
+        try:
+            found = ckpt.check_intact(folder)
+        except ckpt.DamagedCheckpoint as exc:
+            raise ConfigError(f"--checkpoint {iteration}: checkpoint {exc}") from None
     elif path.resolve() == root.resolve():
-        found = ckpt.find(run.checkpoints, skipped := [])
+        found = ckpt.find(run.checkpoints, skipped)
     else:
-        found = ckpt.find(path, skipped := [])
+        found = ckpt.find(path, skipped)
     return Source(root, cfg, record.recipe, record.provenance, found, skipped)
 
 
@@ -390,7 +423,7 @@ def export_hf(
     source: Path,
     output: Path,
     *,
-    iteration: int | None = None,
+    iteration: int | str | None = None,
     dtype: str = "bf16",
     fmt: str = "auto",
     max_shard_bytes: int = SHARD_BYTES,

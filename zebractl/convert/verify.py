@@ -121,6 +121,7 @@ def verify_conversion(
     gen_tokens: int = 32,
     device: str = "auto",
     console: Callable[[str], None] = print,
+    checkpoint: int | str | None = None,
 ) -> ModelVerifyReport:
     """Run the tiers (see the module docstring); the report holds one :class:`VerifyTier` each."""
     from zebractl.convert.hf import load_model, mla_rope, model_state, open_source
@@ -130,7 +131,7 @@ def verify_conversion(
     device = _check_options(device, tokens, gen_tokens)
     converted = Path(converted)
     config = _read_config(converted)
-    src = open_source(source)
+    src = open_source(source, checkpoint)
     src.announce(console, "checking", f" against {converted}")
     m = src.cfg.model
     fmt = folder_format(config)

@@ -92,7 +92,7 @@ def _tokenizer(folder: Path, what: str) -> Any:
 
 
 def open_model(
-    path: Path, *, device: str, dtype: str, iteration: int | None = None, console=print
+    path: Path, *, device: str, dtype: str, iteration: int | str | None = None, console=print
 ) -> tuple[Loaded, str]:
     """Load MODEL (see the module docstring); returns it and the dtype's name."""
     import torch
@@ -105,7 +105,7 @@ def open_model(
         raise ConfigError(f"{path}: no such model folder, run directory or checkpoint")
     if is_hf_folder(path):
         if iteration is not None:
-            raise ConfigError("--iteration applies to a run directory, not a Hugging Face folder")
+            raise ConfigError("--checkpoint applies to a run directory, not a Hugging Face folder")
         try:
             config = json.loads((path / "config.json").read_text())
         except ValueError as exc:
@@ -327,7 +327,7 @@ def evaluate(
     dtype: str = "auto",
     max_length: int | None = None,
     output: Path | None = None,
-    iteration: int | None = None,
+    iteration: int | str | None = None,
     data_run: Path | None = None,
     force: bool = False,
     console: Callable[[str], None] = print,
@@ -389,7 +389,7 @@ def _evaluate(
     dtype: str,
     max_length: int | None,
     output: Path,
-    iteration: int | None,
+    iteration: int | str | None,
     data_run: Path | None,
     force: bool,
     console: Callable[[str], None],

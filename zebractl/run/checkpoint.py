@@ -362,7 +362,7 @@ def find(source: Path, skipped: list[str] | None = None) -> Checkpoint:
     )
 
 
-def load_weights(source: Path, model: Any) -> Checkpoint:
+def load_weights(source: Path, model: Any, skipped: list[str] | None = None) -> Checkpoint:
     """Load only the model weights of a checkpoint into ``model`` (a ``ZebraModel``, or anything
     with megatron's ``sharded_state_dict``); no optimizer state is read. ``source`` is a
     checkpoint folder, a checkpoints folder or a run directory (newest intact checkpoint). Works
@@ -370,7 +370,7 @@ def load_weights(source: Path, model: Any) -> Checkpoint:
     are none (and torn down after)."""
     from zebractl.runtime import dist
 
-    ckpt = find(Path(source))
+    ckpt = find(Path(source), skipped)  # damaged ones passed over: appended to ``skipped``
     with dist.scoped():
         template = {"model": model.sharded_state_dict(metadata=sharded_metadata())}
         try:

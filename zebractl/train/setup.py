@@ -277,9 +277,12 @@ def peak_flops(device: Any) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
-def init_weights(model: Any, engine: Any, init_from: Path, m: Any) -> Any:
+def init_weights(
+    model: Any, engine: Any, init_from: Path, m: Any, warn: Callable[[str], None] = print
+) -> Any:
     """``init_from``: a run, a checkpoint or a Hugging Face folder's weights into the built model
-    (a fresh optimizer and schedule). Returns the checkpoint it came from (None: an HF folder)."""
+    (a fresh optimizer and schedule). Returns the checkpoint it came from (None: an HF folder);
+    each damaged checkpoint passed over to reach it is named through ``warn``."""
     from zebractl.hf import load as hf_load
     from zebractl.run import checkpoint as ckpt
 
@@ -287,7 +290,10 @@ def init_weights(model: Any, engine: Any, init_from: Path, m: Any) -> Any:
     if hf_load.is_hf_folder(init_from):  # a Hugging Face export (ours or FLA's)
         ckpt.load_model_state(model, hf_load.state_for(model, init_from, m))
     else:
-        loaded = ckpt.load_weights(init_from, model)
+        skipped: list[str] = []
+        loaded = ckpt.load_weights(init_from, model, skipped)
+        for line in skipped:
+            warn(f"warning: init_from: skipped damaged checkpoint {line}")
     engine.reload_model_params()
     return loaded
 

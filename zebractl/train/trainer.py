@@ -223,7 +223,7 @@ class Trainer:
         if self.init_from is not None:
             from zebractl.train.setup import init_weights
 
-            loaded = init_weights(self.model, self.engine, self.init_from, cfg.model)
+            loaded = init_weights(self.model, self.engine, self.init_from, cfg.model, self.console)
             where = loaded.folder if loaded is not None else self.init_from
             self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
             if self.rank == 0:  # what compare's before/after report pairs the run with
