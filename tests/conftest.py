@@ -415,6 +415,32 @@ def fast(demo_data) -> FastRun:
     return FastRun(demo_data)
 
 
+TRAINED_SETS = (
+    "schedule.iterations=4",
+    "checkpoint.interval=2",
+    "checkpoint.keep_last=0",
+    "validation={interval: 4, iterations: 1}",
+)
+_TRAINED: dict[str, Path] = {}
+
+
+@pytest.fixture
+def trained_sets() -> tuple[str, ...]:
+    """The --set values of :func:`trained` (on top of the fast run's)."""
+    return TRAINED_SETS
+
+
+@pytest.fixture
+def trained(tmp_path_factory, fast) -> Path:
+    """A fast tiny_kda run of 4 iterations (checkpoints at 2 and 4, a validation row at 4),
+    trained once per session: tests copy it before changing it."""
+    if "run" not in _TRAINED:
+        out = tmp_path_factory.mktemp("trained") / "run"
+        fast.train("tiny_kda", out, *TRAINED_SETS)
+        _TRAINED["run"] = out
+    return _TRAINED["run"]
+
+
 # ---- GPU sessions
 
 
@@ -488,3 +514,25 @@ def _gpu_memory_back(request: pytest.FixtureRequest) -> Iterator[None]:
 
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def _interpreted(case: str, seed: int) -> Any:
+    """Run ``case`` (Python source taking the seed as ``sys.argv[1]``) in a subprocess under
+    Triton's interpreter (``TRITON_INTERPRET=1`` must be set before the kernels are defined: hence
+    a process of its own); returns the JSON of its last stdout line."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run(
+        [sys.executable, "-c", case, str(seed)], capture_output=True, text=True, env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def triton_interpreted() -> Callable[[str, int], Any]:
+    """``triton_interpreted(case, seed)``: a CPU test of Triton kernels (see :func:`_interpreted`)."""
+    return _interpreted

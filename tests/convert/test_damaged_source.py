@@ -12,18 +12,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-RUN = ("schedule.iterations=4", "checkpoint.interval=2", "checkpoint.keep_last=0")
-_TRAINED: dict = {}
-
-
-@pytest.fixture
-def trained(tmp_path_factory, fast):
-    if "run" not in _TRAINED:
-        out = tmp_path_factory.mktemp("trained") / "run"
-        fast.train("tiny_kda", out, *RUN)
-        _TRAINED["run"] = out
-    return _TRAINED["run"]
-
 
 def _truncate(folder):
     shard = max((p for p in folder.rglob("*") if p.is_file() and p.name != "zebractl.json"),

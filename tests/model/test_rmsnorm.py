@@ -13,10 +13,6 @@ gradient is bf16-valued (see the GPU test) and is held to 2.5e-3.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -57,18 +53,10 @@ CASE = textwrap.dedent(
 )
 
 
-def test_backward_kernel_in_the_interpreter_against_fp64():
+def test_backward_kernel_in_the_interpreter_against_fp64(triton_interpreted):
     seed = torch.randint(0, 2**31, ()).item()
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run(
-        [sys.executable, "-c", CASE, str(seed)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    print("seed", seed)
+    rows = triton_interpreted(CASE, seed)
     for row in rows:
         tol = 1e-6 if row["dx_dtype"] == "torch.float32" else 4e-3
         assert row["dx"] <= tol and row["dw"] <= 1e-6, (seed, row)

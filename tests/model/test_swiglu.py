@@ -11,10 +11,6 @@ and gradients with ``swiglu_kernel`` packed equal to fla's bitwise.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -51,19 +47,10 @@ CASE = textwrap.dedent(
 )
 
 
-def test_packed_swiglu_in_the_interpreter_against_fp64():
+def test_packed_swiglu_in_the_interpreter_against_fp64(triton_interpreted):
     seed = torch.randint(0, 2**31, ()).item()
     print("seed", seed)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    r = subprocess.run(
-        [sys.executable, "-c", CASE, str(seed)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = json.loads(r.stdout.strip().splitlines()[-1])
+    rows = triton_interpreted(CASE, seed)
     assert len(rows) == 3
     for row in rows:
         tol = 1e-6 if row["case"][2] == "torch.float32" else 4e-3

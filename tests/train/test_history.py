@@ -17,13 +17,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-RUN = (
-    "schedule.iterations=4",
-    "checkpoint.interval=2",
-    "checkpoint.keep_last=0",
-    "validation={interval: 4, iterations: 1}",
-)
-
 
 def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
@@ -46,27 +39,16 @@ def _rename_all(ckpts):
 LOSSES = {"whole folder": _remove_all, "every checkpoint": _empty_folder, "renamed": _rename_all}
 
 
-_TRAINED: dict = {}
-
-
-@pytest.fixture
-def trained(tmp_path_factory, fast):
-    """One tiny run of 4 iterations (checkpoints at 2 and 4), trained once, copied by each test."""
-    if "run" not in _TRAINED:
-        out = tmp_path_factory.mktemp("trained") / "run"
-        fast.train("tiny_kda", out, *RUN)
-        _TRAINED["run"] = out
-    return _TRAINED["run"]
-
-
 @pytest.mark.parametrize("lose", sorted(LOSSES))
-def test_a_progressed_run_without_its_checkpoints_is_refused(cli, fast, trained, tmp_path, lose):
+def test_a_progressed_run_without_its_checkpoints_is_refused(
+    cli, fast, trained, tmp_path, lose, trained_sets
+):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     before = (run / "metrics.jsonl").read_bytes()
     history = (run / "config.history.jsonl").read_bytes()
     LOSSES[lose](run / "checkpoints")
-    r = cli("train", "tiny_kda", *fast.args(*RUN), "--output", str(run))
+    r = cli("train", "tiny_kda", *fast.args(*trained_sets), "--output", str(run))
     assert r.exit_code == 2, r.output
     assert "trained to iteration 4" in r.stderr and "checkpoint.resume=never" in r.stderr
     assert str(run / "checkpoints") in r.stderr
@@ -74,7 +56,7 @@ def test_a_progressed_run_without_its_checkpoints_is_refused(cli, fast, trained,
     assert (run / "config.history.jsonl").read_bytes() == history
 
 
-def test_the_history_alone_says_the_run_progressed(cli, fast, trained, tmp_path):
+def test_the_history_alone_says_the_run_progressed(cli, fast, trained, tmp_path, trained_sets):
     """metrics.jsonl gone too: a resume recorded in config.history.jsonl still counts."""
     run = tmp_path / "run"
     shutil.copytree(trained, run)
@@ -83,12 +65,12 @@ def test_the_history_alone_says_the_run_progressed(cli, fast, trained, tmp_path)
     entry = json.loads(lines[-1]) | {"event": "resume", "iteration": 2, "run_id": "x"}
     (run / "config.history.jsonl").write_text("\n".join([*lines, json.dumps(entry)]) + "\n")
     shutil.rmtree(run / "checkpoints")
-    r = cli("train", "tiny_kda", *fast.args(*RUN), "--output", str(run))
+    r = cli("train", "tiny_kda", *fast.args(*trained_sets), "--output", str(run))
     assert r.exit_code == 2, r.output
     assert "config.history.jsonl says so" in r.stderr
 
 
-def test_a_deliberate_fresh_start_keeps_the_old_rows(cli, fast, trained, tmp_path):
+def test_a_deliberate_fresh_start_keeps_the_old_rows(cli, fast, trained, tmp_path, trained_sets):
     from zebractl.run import RunDir
     from zebractl.run.metrics import MetricsReader
 
@@ -96,7 +78,7 @@ def test_a_deliberate_fresh_start_keeps_the_old_rows(cli, fast, trained, tmp_pat
     shutil.copytree(trained, run)
     old = _lines(run / "metrics.jsonl")
     shutil.rmtree(run / "checkpoints")
-    args = (*fast.args(*RUN, "schedule.iterations=2"), "--output", str(run))
+    args = (*fast.args(*trained_sets, "schedule.iterations=2"), "--output", str(run))
     r = cli("train", "tiny_kda", *args, "--set", "checkpoint.resume=never")
     assert r.exit_code == 0, r.output
     rows = _lines(run / "metrics.jsonl")
@@ -107,7 +89,7 @@ def test_a_deliberate_fresh_start_keeps_the_old_rows(cli, fast, trained, tmp_pat
     train = MetricsReader.of(RunDir(run)).train()
     assert [t.iteration for t in train] == [1, 2] and {t.run_id for t in train} == new_ids
     # resumed later, the new lineage's replayed rows are dropped, never the old lineage's
-    r = cli("train", "tiny_kda", *fast.args(*RUN), "--output", str(run))
+    r = cli("train", "tiny_kda", *fast.args(*trained_sets), "--output", str(run))
     assert r.exit_code == 0, r.output
     rows = _lines(run / "metrics.jsonl")
     assert rows[: len(old)] == old
@@ -128,14 +110,14 @@ def test_without_checkpoints_by_design_a_rerun_starts_over_and_keeps_the_rows(cl
     assert rows[: len(first)] == first and len(rows) == 2 * len(first)
 
 
-def test_rerunning_a_finished_run_appends_nothing(cli, fast, trained, tmp_path):
+def test_rerunning_a_finished_run_appends_nothing(cli, fast, trained, tmp_path, trained_sets):
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     files = ("metrics.jsonl", "config.history.jsonl")
     before = {f: (run / f).read_bytes() for f in files}
     val = [x for x in _lines(run / "metrics.jsonl") if x["kind"] == "val"][-1]
     for _ in range(2):
-        r = cli("train", "tiny_kda", *fast.args(*RUN), "--output", str(run), "--json")
+        r = cli("train", "tiny_kda", *fast.args(*trained_sets), "--output", str(run), "--json")
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["val_loss"] == val["val_loss"]
     assert {f: (run / f).read_bytes() for f in files} == before

@@ -4,8 +4,8 @@ The SwiGLU MLP's ``linear_fc1`` writes ``h = [gate | up]`` (``[N, 2F]``, megatro
 the activation is ``silu(gate) * up``. Taking ``h.chunk(2, -1)`` and calling FLA 0.6.0's ``swiglu``
 on the two views computes the same values, but its backward returns the two gradients as separate
 tensors, which autograd then concatenates into ``h``'s gradient: a second pass over the ``[N, 2F]``
-gradient (``CatArrayBatchedCopy``, 11.5 ms of a 301 ms kda_300M step at micro-batch 32 on an H100,
-the profile in ``../shared/gpu-records/``). Here the backward writes the packed gradient directly:
+gradient (``CatArrayBatchedCopy``: 11.5 ms of a 301 ms kda_300M step at micro-batch 32 in
+an H100 profile of 2026-12-05, most of it this one). Here the backward writes the packed gradient directly:
 one kernel reads ``h`` and the output gradient and writes ``dh``, and nothing else runs.
 
 The arithmetic is FLA's, term for term, in fp32 with one rounding to the output's dtype:
