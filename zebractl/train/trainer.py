@@ -241,12 +241,13 @@ class Trainer:
         done, sources = recorded_progress(self.run)
         if done <= 0:
             return
+        says = "say" if len(sources) > 1 else "says"
         raise ConfigError(
             f"{self.run.root}: the run trained to iteration {done} ({' and '.join(sources)} "
-            f"{'say' if len(sources) > 1 else 'says'} so) but {root} holds no checkpoint to resume from (none was saved, or they were "
-            "deleted or moved); rerunning would start over at iteration 1. Put the checkpoints back, start over on purpose "
-            "with --set checkpoint.resume=never (the earlier rows stay in metrics.jsonl under "
-            "their run ids), or train into a fresh --output"
+            f"{says} so) but {root} holds no checkpoint to resume from (none was saved, or they "
+            "were deleted or moved); rerunning would start over at iteration 1. Put the "
+            "checkpoints back, start over on purpose with --set checkpoint.resume=never (the "
+            "earlier rows stay in metrics.jsonl under their run ids), or train into a fresh --output"
         )
 
     def _write_init(self, loaded: ckpt.Checkpoint | None) -> None:
