@@ -74,7 +74,7 @@ def categorize(trace: dict, vocab: int, ffn: int) -> tuple[dict, dict, float, fl
             )
         elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             # cuBLAS (nvjet) and Triton launch through the driver API (cuLaunchKernel[Ex]): without
-            # these, no GEMM finds its op and every GEMM fell into one category (fourth session)
+            # these, no GEMM finds its op and every GEMM fell into one category (the profile of 2026-12-01)
             launches[e["args"]["correlation"]] = (e["tid"], e["ts"])
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             kernels.append(e)

@@ -21,7 +21,7 @@ after --warmup steps. Three implementations, each built fresh from the same init
   ``ours_packed_swiglu``: zebractl's SwiGLU on the packed projection (``kernels.swiglu_kernel=packed``);
   ``ours_fast``: both kernels; ``ours_fast_graph``: both and the graph; ``ours_fla_kernels``: FLA's
   RMSNorm backward and SwiGLU whatever the defaults say. ``ours_chunks32`` / ``8`` / ``4`` /
-  ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since the fourth session, 32
+  ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since 2026-12-01, 32
   before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
   next norm, as before the fused add+RMSNorm (measures that change alone).

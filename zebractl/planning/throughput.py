@@ -42,24 +42,24 @@ MEASURED: dict[str, Measured] = {
     ),
     "zebra_kda_1B_hybrid": Measured(
         8, 8192, 63_005, 0.482, "zebra_kda_1B_hybrid_1gpu, megatron engine",
-        "benchmarks/README.md, 2026-12-02 eighth session (Issue 27); README, The 1B-8B hybrids",
+        "benchmarks/results/gpu-check/2026-12-02-454ff45.memory.json (H200, 2026-12-02)",
     ),
     "zebra_gdn_1B_hybrid": Measured(
         8, 8192, 78_950, 0.504, "zebra_gdn_1B_hybrid_1gpu (vocabulary 50257), megatron engine",
-        "benchmarks/README.md, 2026-12-02 eighth session (Issue 27); README, The 1B-8B hybrids",
+        "benchmarks/results/gpu-check/2026-12-02-454ff45.memory2.json (H200, 2026-12-02)",
     ),
     "zebra_mamba_1B_hybrid": Measured(
         16, 2048, 52_731, 0.419, "zebra_mamba_1B_hybrid_1gpu as shipped, megatron engine",
-        "benchmarks/README.md, 2026-12-02 eighth session (Issue 27); README, The 1B-8B hybrids",
+        "benchmarks/results/gpu-check/2026-12-02-003ac79.memory.json (H200, 2026-12-02)",
     ),
     "zebra_mamba_3B_hybrid": Measured(
         1, 8192, 16_420, 0.356, "zebra_mamba_3B_hybrid_1gpu as shipped, megatron engine",
-        "benchmarks/README.md, 2026-12-02 eighth session (Issue 27); README, The 1B-8B hybrids",
+        "benchmarks/results/gpu-check/2026-12-02-003ac79.memory.json (H200, 2026-12-02)",
     ),
     "zebra_mamba_8B_hybrid": Measured(
         2, 8192, 23_081, 0.342, "zebra_mamba_8B_hybrid cut to 8 of its 32 blocks, selective "
         "recompute, megatron engine",
-        "benchmarks/README.md, 2026-12-02 eighth session (Issue 27); README, The 1B-8B hybrids",
+        "benchmarks/README.md, 2026-12-02 at 454ff45 (H200); README, The 1B-8B hybrids",
     ),
 }  # fmt: skip
 

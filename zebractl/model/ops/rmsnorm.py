@@ -3,7 +3,7 @@
 FLA 0.6.0's ``rms_norm`` backward for rows wider than 512 (``layer_norm_bwd_kernel_row``) runs one
 program per SM, each walking its ~250 rows one at a time: latency-bound. On an H200 its 25 calls of a
 kda_300M step (rows of 1024, micro-batch 16) took 9.2 ms, four times the forward, for about 1.7 ms
-worth of memory traffic (benchmarks/README.md, fourth session's profile). Ours gives each program
+worth of memory traffic (benchmarks/README.md, the profile of 2026-12-01 at 1ad596d). Ours gives each program
 one tile of ``BT`` rows (thousands of programs, no loop) and writes each tile's fp32 weight-gradient
 row, summed afterwards (32 MB of partials for 32,768 rows of 1024). The arithmetic is FLA's: fp32
 throughout, ``x_hat = x * rstd``, ``dx = (w * dy - x_hat * mean(x_hat * w * dy)) * rstd
