@@ -181,3 +181,11 @@ def test_async_save_takes_true_false_or_auto_only():
     for bad in ("yes", 1, 0, None, "AUTO"):
         with pytest.raises(ValidationError, match="must be true, false or auto"):
             CheckpointConfig(async_save=bad)
+
+
+def test_a_bad_async_save_is_one_plain_line(cli):
+    r = cli("plan", "tiny_kda", "--set", "checkpoint.async_save=maybe")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (
+        "error: --set: checkpoint.async_save: must be true, false or auto, not 'maybe'"
+    ), r.stderr

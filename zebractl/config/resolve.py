@@ -429,7 +429,7 @@ def _render(
     elif kind in ("too_short", "too_long"):
         msg = err["msg"][0].lower() + err["msg"][1:]
     else:
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")  # a validator's own words
     if src == "--set" and dotted not in where:  # a --set under the key (a section it made)
         under = [k for k, v in where.items() if v == "--set" and k.startswith(dotted + ".")]
         src = f"--set {under[0]}" if under else src
