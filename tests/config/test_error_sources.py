@@ -31,7 +31,6 @@ def test_preset_null_names_its_line(cli, write):
     assert "--set preset: preset: set to null" in err
 
 
-
 def _leaf_keys() -> list[str]:
     """Every key of the recipe schema under the sections a tiny recipe sets (a sample of each
     section's leaves: all of them would run for minutes)."""
