@@ -20,7 +20,9 @@ after --warmup steps. Three implementations, each built fresh from the same init
   RMSNorm backward (``kernels.rmsnorm_backward=tiled``; ``ours_graph_tiled_norm`` with the graph).
   ``ours_packed_swiglu``: zebractl's SwiGLU on the packed projection (``kernels.swiglu_kernel=packed``);
   ``ours_fast``: both kernels; ``ours_fast_graph``: both and the graph; ``ours_fla_kernels``: FLA's
-  RMSNorm backward and SwiGLU whatever the defaults say. ``ours_chunks32`` / ``8`` / ``4`` /
+  RMSNorm backward and SwiGLU whatever the defaults say. ``ours_ssd_mixed``: Mamba2's scan on
+  bf16 operands (``kernels.ssd_precision=mixed``); ``ours_glue``: the compiled glue
+  (``kernels.compile=glue``); ``ours_mamba_fast``: both kernels, both of these. ``ours_chunks32`` / ``8`` / ``4`` /
   ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since 2026-12-01, 32
   before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
@@ -129,6 +131,14 @@ OURS_SETS = {
         "kernels.cuda_graph=true",
     ],
     "ours_fla_kernels": ["kernels.rmsnorm_backward=fla", "kernels.swiglu_kernel=fla"],
+    "ours_ssd_mixed": ["kernels.ssd_precision=mixed"],
+    "ours_glue": ["kernels.compile=glue"],
+    "ours_mamba_fast": [
+        "kernels.rmsnorm_backward=tiled",
+        "kernels.swiglu_kernel=packed",
+        "kernels.ssd_precision=mixed",
+        "kernels.compile=glue",
+    ],
     "ours_chunks32": ["kernels.fused_ce_chunks=32"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
     "ours_chunks4": ["kernels.fused_ce_chunks=4"],

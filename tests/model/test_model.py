@@ -274,6 +274,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     import inspect
 
     from zebractl.model import layers, ops
+    from zebractl.model.mixers import mamba2
 
     assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
     from zebractl.train import cuda_graph, precompile
@@ -282,6 +283,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     elsewhere = {  # not how ops compute
         "precompile": (precompile, "cfg.kernels.precompile"),
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
+        "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
     }
     unread = [
         name

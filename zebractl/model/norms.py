@@ -89,6 +89,11 @@ class GatedNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}, activation={self.activation}"
 
 
+def group_gated_norm(x: Tensor, gate: Tensor, weight: Tensor, eps: float, groups: int) -> Tensor:
+    """:class:`GroupGatedNorm`'s arithmetic as a function of its weight."""
+    return ops.torch_ops.group_rms_norm(x * F.silu(gate), weight, eps, groups)
+
+
 class GroupGatedNorm(nn.Module):
     """``GroupRMSNorm(x * silu(gate)) * weight``: Mamba2's ``RMSNormGated(norm_before_gate=False)``,
     the RMS taken over each of ``groups`` equal slices of the last dim."""
@@ -99,8 +104,7 @@ class GroupGatedNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor, gate: Tensor) -> Tensor:
-        y = x * F.silu(gate)
-        return ops.torch_ops.group_rms_norm(y, self.weight, self.eps, self.groups)
+        return group_gated_norm(x, gate, self.weight, self.eps, self.groups)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, groups={self.groups}"

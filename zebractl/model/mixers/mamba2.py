@@ -12,6 +12,9 @@ dt = exp(U(ln 1e-3, ln 0.1)) clamped >= 1e-4, per head.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,11 +31,50 @@ from zebractl.model.mixers.common import (
     no_init_rule,
     state_io,
 )
-from zebractl.model.norms import GroupGatedNorm
+from zebractl.model.norms import GroupGatedNorm, group_gated_norm
 from zebractl.model.ops import KernelOptions
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor
+
+
+def ssd_inputs(
+    dt: Tensor,
+    dt_bias: Tensor,
+    a_log: Tensor,
+    bb: Tensor,
+    cc: Tensor,
+    groups: int,
+    state_dim: int,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The scan's q = C, k = dt * B (both expanded from groups to heads) and log decay g = dt * A
+    from the projections ``dt [B,T,H]``, ``bb``/``cc [B,T,groups*state_dim]`` (dt = softplus(dt +
+    dt_bias) and A = -exp(A_log), in fp32)."""
+    b, t, nh = dt.shape
+    rep = nh // groups
+    dt = F.softplus(dt.float() + dt_bias.float())  # [B,T,nh]
+    a = -a_log.float().exp()
+    bh = bb.view(b, t, groups, state_dim).repeat_interleave(rep, dim=2)
+    ch = cc.view(b, t, groups, state_dim).repeat_interleave(rep, dim=2)
+    k = (bh.float() * dt[..., None]).to(dtype)
+    return ch.to(dtype), k, dt * a
+
+
+def ssd_output(
+    o: Tensor, xh: Tensor, d: Tensor, z: Tensor, weight: Tensor, eps: float, groups: int
+) -> Tensor:
+    """``GroupRMSNorm((o + D * x) * silu(z)) * weight`` over ``[B,T,d_inner]`` (the skip, the gate
+    and Mamba2's grouped norm; :class:`GroupGatedNorm`'s arithmetic)."""
+    y = (o + xh * d.to(xh.dtype)[:, None]).reshape(z.shape)
+    return group_gated_norm(y, z, weight, eps, groups)
+
+
+@functools.cache
+def _compiled(fn: Callable) -> Callable:
+    """``fn`` compiled once per process (``kernels.compile: glue``): Inductor, fixed shapes, one
+    graph (a graph break is an error, not a silent fallback)."""
+    return torch.compile(fn, dynamic=False, fullgraph=True)
 
 
 class Mamba2Mixer(nn.Module):
@@ -70,30 +112,16 @@ class Mamba2Mixer(nn.Module):
         xbc = conv(xbc, self.conv1d, self.opts, cu_seqlens, cache, "xbc")
         xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
         xh = xs.view(b, t, self.nheads, self.cfg.head_dim)
-        o = keep_state(self._ssd(xh, bb, cc, dt, cu_seqlens, state_io(cache)), cache)
-        y = o + xh * self.D.to(xh.dtype)[:, None]
-        return self.out_proj(self.norm(y.reshape(b, t, self.d_inner), z))
-
-    def _ssd(
-        self,
-        xh: Tensor,
-        bb: Tensor,
-        cc: Tensor,
-        dt: Tensor,
-        cu_seqlens: Tensor | None,
-        state: dict,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """The SSD scan as scalar-decay linear attention (see the module docstring)."""
-        b, t, nh, _ = xh.shape
-        mb = self.cfg
-        dt = F.softplus(dt.float() + self.dt_bias.float())  # [B,T,nh]
-        a = -self.A_log.float().exp()
-        rep = nh // mb.num_groups
-        bh = bb.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
-        ch = cc.view(b, t, mb.num_groups, mb.state_dim).repeat_interleave(rep, dim=2)
-        k = (bh.float() * dt[..., None]).to(xh.dtype)
-        g = (dt * a).to(torch.float32)
-        return ops.ssd(self.opts, ch.to(xh.dtype), k, xh, g, cu_seqlens=cu_seqlens, **state)
+        glue = cache is None and self.opts.kernels.compile == "glue"
+        prep, post = (
+            (_compiled(ssd_inputs), _compiled(ssd_output)) if glue else (ssd_inputs, ssd_output)
+        )
+        mb, n = self.cfg, self.norm
+        c, k, g = prep(dt, self.dt_bias, self.A_log, bb, cc, mb.num_groups, mb.state_dim, xh.dtype)
+        o = keep_state(
+            ops.ssd(self.opts, c, k, xh, g, cu_seqlens=cu_seqlens, **state_io(cache)), cache
+        )
+        return self.out_proj(post(o, xh, self.D, z, n.weight, n.eps, n.groups))
 
     def init_own(self, name: str, p: Tensor, gen: torch.Generator) -> None:
         """Initialise ``A_log``, ``D`` or ``dt_bias`` (see the module docstring)."""

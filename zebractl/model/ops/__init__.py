@@ -240,9 +240,18 @@ def ssd(
     """Mamba2's SSD as scalar-decay linear attention: ``o = sum_j (c_i.b_j) exp(G_i-G_j) x_j``.
 
     c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
-    g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA. ``cu_seqlens`` as :func:`kda`.
+    g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA, its operands in fp32, or with
+    ``kernels.ssd_precision: mixed`` and 16-bit x, FLA's chunk kernels on the operands as they are
+    (:mod:`zebractl.model.ops.ssd`). ``cu_seqlens`` as :func:`kda`.
     """
     _check_varlen(cu_seqlens, c, initial_state, output_final_state)
+    if opts.backend == "fla" and opts.kernels.ssd_precision == "mixed" and x.dtype.itemsize == 2:
+        from zebractl.model.ops.ssd import ssd_mixed
+
+        o, s = ssd_mixed(
+            c.to(x.dtype), b.to(x.dtype), x, g, initial_state, output_final_state, cu_seqlens
+        )
+        return (o, s) if output_final_state else o
     if opts.backend == "fla":
         from fla.ops.simple_gla import chunk_simple_gla
 
