@@ -16,7 +16,8 @@
 #   5. benchmarks/profile_step.py of kda_300M (ours_fast) and the hybrid (ours_mamba_fast).
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
 # LEVERS_QUICK=1: only 1 and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and FLA
-# tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds.
+# tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to run,
+# by name or the part before its first underscore (e.g. "tests bench_hybrid bench_kda16"; default all).
 # Files in $OUT: levers.log (everything), bench_*.json, profile_*.md, tests.log.
 set -uo pipefail
 export LC_ALL=C PYTHONUNBUFFERED=1
@@ -28,6 +29,7 @@ T0=$(date +%s)
 say() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 run() {  # run LIMIT NAME CMD...: the command under timeout, its output appended to the log
   local limit=$1 name=$2 left; shift 2
+  case " ${LEVERS_STEPS:-$name} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
   left=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) ))  # the whole job ends inside the device call
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 20 ]; then say "$name: skipped, no time left"; return; fi

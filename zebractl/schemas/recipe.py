@@ -235,23 +235,22 @@ class KernelsConfig(StrictModel):
     """auto: FLA Triton kernels on CUDA, pure PyTorch elsewhere; fla/torch force one."""
     fused_rmsnorm: bool = True
     """FLA fused RMSNorm (with residual add) for pre-norms and the final norm."""
-    rmsnorm_backward: Literal["fla", "tiled"] = "fla"
+    rmsnorm_backward: Literal["fla", "tiled"] = "tiled"
     """Backward kernel of the fused RMSNorm: fla = FLA 0.6.0's, which for rows wider than 512
     gives each program one row at a time (19.7 ms of a 301 ms kda_300M step at micro-batch 32 on
     an H100, three times its forward); tiled = zebractl's (a tile of rows per program, FLA's
     arithmetic with one rounding per output, GPU-tested against fp64). tiled with swiglu_kernel
-    packed: 1.06x the step of FLA's two kernels on an H100 (benchmarks/README.md, 2026-12-06);
-    opt-in until the GPU check's parity smoke has run with them."""
+    packed: 1.06x the step of FLA's two kernels on an H100 (benchmarks/README.md, 2026-12-06)."""
     fused_gated_norm: bool = True
     """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
     fused_swiglu: bool = True
     """A Triton SwiGLU in the MLP (which one: swiglu_kernel)."""
-    swiglu_kernel: Literal["fla", "packed"] = "fla"
+    swiglu_kernel: Literal["fla", "packed"] = "packed"
     """The fused SwiGLU's kernel: fla = FLA's on the gate and up halves of the MLP's first
     projection (its backward returns two gradients, which autograd then concatenates: one more
     pass over the [tokens x 2 ffn] gradient); packed = zebractl's on the packed [gate | up]
     projection (FLA's arithmetic, bitwise equal to it on the GPU; the gradient written in one
-    piece). Opt-in until the GPU check's parity smoke has run with it (see rmsnorm_backward)."""
+    piece)."""
     fused_short_conv: bool = True
     """FLA Triton causal_conv1d for the short convolutions."""
     fused_linear_cross_entropy: bool = True
