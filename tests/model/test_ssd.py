@@ -88,7 +88,7 @@ def test_generation_with_a_cache_runs_eagerly():
 
 
 def test_mixed_ssd_refuses_fp32_operands():
-    from zebractl.model.ops.ssd import ssd_mixed
+    from zebractl.model.ops.mixed_ssd import ssd_mixed
 
     q = torch.zeros(1, 4, 1, 8)
     with pytest.raises(ValueError, match="16-bit"):
@@ -126,7 +126,7 @@ def _reference(q, k, x, g, do, cu):
 def test_mixed_ssd_against_fp64_on_the_gpu(cu):
     from fla.ops.simple_gla import chunk_simple_gla
 
-    from zebractl.model.ops.ssd import ssd_mixed
+    from zebractl.model.ops.mixed_ssd import ssd_mixed
 
     seed = int(torch.randint(0, 10_000, ()))
     print("seed", seed)

@@ -273,7 +273,7 @@ class KernelsConfig(StrictModel):
     """Mamba2's SSD scan on FLA's chunked simple-GLA kernels: fp32 = its operands cast to fp32 (FLA's
     chunk_simple_gla, fp32 backward states; every operand and gradient passes through a cast);
     mixed = the operands in the compute dtype, FLA's forward as it is and its backward with the
-    states' gradients in fp32 and one bf16 copy of them for the q/k gradients (zebractl.model.ops.ssd,
+    states' gradients in fp32 and one bf16 copy of them for the q/k gradients (zebractl.model.ops.mixed_ssd,
     GPU-tested against fp64). Other mixers, the torch backend and fp32 runs: no effect."""
     compile: Literal["none", "glue"] = "none"
     """glue: torch.compile (Inductor, fixed shapes, whole graph) of the pure-PyTorch code between the

@@ -38,11 +38,25 @@ def conv(
         return ops.short_conv(opts, x, conv1d.weight, conv1d.bias, cu_seqlens)
     keep = conv1d.weight.shape[-1] - 1
     tail = cache.get(name)
+    if tail is not None and x.shape[1] == 1 and keep > 0:
+        return _conv_step(x, tail, conv1d)
     if tail is None:
         tail = x.new_zeros(x.shape[0], keep, x.shape[2])
     xx = torch.cat((tail, x), dim=1)
     cache[name] = xx[:, xx.shape[1] - keep :].detach()
     return ops.short_conv(opts, xx, conv1d.weight, conv1d.bias)[:, keep:]
+
+
+def _conv_step(x: Tensor, tail: Tensor, conv1d: nn.Conv1d) -> Tensor:
+    """One token of the causal conv + SiLU against the kept ``tail [B, W-1, D]`` (oldest first),
+    which is shifted in place to end with the new input: no concatenation, no new buffer."""
+    w = conv1d.weight.squeeze(1)  # [D, W]
+    y = (tail * w[:, :-1].t()).sum(1, keepdim=True) + x * w[:, -1]
+    if conv1d.bias is not None:
+        y = y + conv1d.bias
+    tail.copy_(tail.roll(-1, dims=1))
+    tail[:, -1:] = x.detach()
+    return F.silu(y)
 
 
 def state_io(cache: Cache | None) -> dict[str, Any]:

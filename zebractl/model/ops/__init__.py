@@ -242,11 +242,11 @@ def ssd(
     c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
     g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA, its operands in fp32, or with
     ``kernels.ssd_precision: mixed`` and 16-bit x, FLA's chunk kernels on the operands as they are
-    (:mod:`zebractl.model.ops.ssd`). ``cu_seqlens`` as :func:`kda`.
+    (:mod:`zebractl.model.ops.mixed_ssd`). ``cu_seqlens`` as :func:`kda`.
     """
     _check_varlen(cu_seqlens, c, initial_state, output_final_state)
     if opts.backend == "fla" and opts.kernels.ssd_precision == "mixed" and x.dtype.itemsize == 2:
-        from zebractl.model.ops.ssd import ssd_mixed
+        from zebractl.model.ops.mixed_ssd import ssd_mixed
 
         o, s = ssd_mixed(
             c.to(x.dtype), b.to(x.dtype), x, g, initial_state, output_final_state, cu_seqlens
