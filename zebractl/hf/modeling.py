@@ -9,9 +9,13 @@ FLA's Mamba2 layer names, MLA transformers' DeepSeek-V3 attention names; the wei
 from a training checkpoint through :mod:`zebractl.hf.mapping` (format ``zebra``).
 
 Generation keeps a :class:`ZebraCache`: per KDA/GDN/Mamba2 block the last ``conv_size - 1`` inputs
-of each short convolution and the fp32 recurrent state, per MLA block the keys and values (rope
-applied). A step then feeds only the new tokens; the result equals recomputing the whole sequence
-(tested greedily against ``use_cache=False``). Padding is not supported (every sequence of a batch
+of each short convolution and the fp32 recurrent state (a fixed size, whatever the context), per MLA
+block the compressed latent of each token: the normalised ``kv_lora_rank`` values and the rotated
+rope key shared by the heads, ``kv_lora_rank + qk_pos_emb_head_dim`` values per token, in a
+preallocated buffer. With a cache, MLA attends over the latents with its up-projections absorbed
+into the query and the output (:meth:`ZebraMLA._absorbed`), so no full key or value is formed. A
+step then feeds only the new tokens; the result equals recomputing the whole sequence (tested
+greedily against ``use_cache=False``). Padding is not supported (every sequence of a batch
 has the same length).
 """
 
@@ -67,10 +71,14 @@ class ZebraMLP(nn.Module):
 
 class ZebraCache:
     """What generation keeps between steps: one dict per block (see the module docstring) and the
-    number of tokens seen. Not a transformers ``Cache``: the model prepares its own inputs."""
+    number of tokens seen. Not a transformers ``Cache``: the model prepares its own inputs.
+    ``capacity``: the tokens the MLA latent buffers are first made for (a generation's prompt plus
+    its new tokens: no buffer grows on the way); more are taken by doubling."""
 
-    def __init__(self, num_layers: int) -> None:
-        self.layers: list[dict[str, Any]] = [{} for _ in range(num_layers)]
+    def __init__(self, num_layers: int, capacity: int = 0) -> None:
+        self.layers: list[dict[str, Any]] = [
+            {"capacity": capacity} if capacity else {} for _ in range(num_layers)
+        ]
         self.seen = 0
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -132,30 +140,68 @@ class ZebraMLA(nn.Module):
             q = self.q_proj(x)
         q_nope, q_pe = q.view(b, t, n, dq + dr).split([dq, dr], dim=-1)
         c, k_pe = self.kv_a_proj_with_mqa(x).split([a.kv_lora_rank, dr], dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(b, t, n, dq + dv)
-        k_nope, v = kv.split([dq, dv], dim=-1)
         positions = torch.arange(start, start + t, device=x.device)
         q_pe = self._rope(q_pe, positions)
-        k_pe = self._rope(k_pe[:, :, None, :], positions).expand(b, t, n, dr)
+        k_pe = self._rope(k_pe[:, :, None, :], positions)[:, :, 0]  # one rope key for all heads
+        if cache is not None:
+            latent = _append(cache, "latent", self.kv_a_layernorm(c), k_pe)
+            o = self._absorbed(q_nope, q_pe, latent, positions)
+            return self.o_proj(o.reshape(b, t, n * dv))
+        kv = self.kv_b_proj(self.kv_a_layernorm(c)).view(b, t, n, dq + dv)
+        k_nope, v = kv.split([dq, dv], dim=-1)
+        k_pe = k_pe[:, :, None].expand(b, t, n, dr)
         query = torch.cat((q_nope, q_pe), dim=-1).transpose(1, 2)
         key = torch.cat((k_nope, k_pe), dim=-1).transpose(1, 2)
-        value = v.transpose(1, 2)
-        if cache is not None:
-            if "k" in cache:
-                key = torch.cat((cache["k"], key), dim=2)
-                value = torch.cat((cache["v"], value), dim=2)
-            cache["k"], cache["v"] = key.detach(), value.detach()
-        if key.shape[2] == t:  # no earlier tokens: plain causal
-            o = F.scaled_dot_product_attention(
-                query, key, value, is_causal=True, scale=self.softmax_scale
-            )
-        else:  # query i (position start + i) sees keys 0 .. start + i
-            seen = torch.arange(key.shape[2], device=x.device)
-            mask = seen[None, :] <= positions[:, None]
-            o = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=mask, scale=self.softmax_scale
-            )
+        o = F.scaled_dot_product_attention(
+            query, key, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale
+        )
         return self.o_proj(o.transpose(1, 2).reshape(b, t, n * dv))
+
+    def _absorbed(self, q_nope: Tensor, q_pe: Tensor, latent: Tensor, positions: Tensor) -> Tensor:
+        """Attention over the cached latents ``[B, L, r + dr]`` (the normalised compressed KV and
+        the rotated shared rope key) with the up-projections absorbed (DeepSeek-V2): each head's
+        query is mapped into the latent space (``q_nope @ W_UK``), scores are taken against the
+        latents themselves, the weighted latent is mapped out (``@ W_UV``). Keys and values of full
+        width are never formed; returns ``[B, T, n, dv]``."""
+        a = self.cfg
+        n, dq, dv, r = a.num_heads, a.qk_head_dim, a.v_head_dim, a.kv_lora_rank
+        b, t = q_nope.shape[:2]
+        w = self.kv_b_proj.weight.view(n, dq + dv, r)
+        q = torch.cat((torch.einsum("btnd,ndr->btnr", q_nope, w[:, :dq]), q_pe), dim=-1)
+        kv = latent[:, None].expand(b, n, latent.shape[1], latent.shape[2])
+        seen = torch.arange(latent.shape[1], device=q.device)
+        o = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            kv,
+            kv[..., :r],
+            attn_mask=seen[None, :] <= positions[:, None],  # query i is position start + i
+            scale=self.softmax_scale,
+        )
+        return torch.einsum("bntr,ndr->btnd", o, w[:, dq:])
+
+
+def _append(cache: dict[str, Any], name: str, *parts: Tensor) -> Tensor:
+    """Write the new rows (``parts``, each ``[B, T, D_i]``, side by side) after the
+    ``cache[name + "_len"]`` rows already held in the preallocated ``cache[name]``, and return the
+    rows held so far (a view). The buffer is made for ``cache["capacity"]`` rows (at least the
+    first call's) and doubled when a call overflows it: a copy per doubling, never one per token."""
+    b, t = parts[0].shape[:2]
+    width = sum(p.shape[2] for p in parts)
+    held = cache.get(name + "_len", 0)
+    buf = cache.get(name)
+    need = held + t
+    if buf is None or buf.shape[1] < need:
+        size = max(need, cache.get("capacity", 0), 2 * (0 if buf is None else buf.shape[1]))
+        grown = parts[0].new_empty(b, size, width)
+        if buf is not None:
+            grown[:, :held] = buf[:, :held]
+        cache[name] = buf = grown
+    col = 0
+    for p in parts:
+        buf[:, held:need, col : col + p.shape[2]] = p.detach()
+        col += p.shape[2]
+    cache[name + "_len"] = need
+    return buf[:, :need]
 
 
 class ZebraBlock(nn.Module):
