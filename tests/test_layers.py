@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("train",),  # Trainer, engines, data loader, launch, the FLA reference run
     ("convert",),  # export/import, Primus, verify
     ("evaluate",),  # lm-eval adapter, offline tasks
+    ("generate",),  # sampling with the generation cache, chat sessions
     ("compare",),  # deltas between two runs as a report
     ("cli", "__main__"),  # argument parsing, rendering, exit codes
 ]
@@ -38,6 +39,7 @@ HEAVY = ("torch", "megatron", "fla", "transformers", "triton", "tilelang")
 NEVER: dict[str, tuple[str, ...]] = {
     "compare": ("zebractl.train",),
     "evaluate": ("zebractl.train",),
+    "generate": ("zebractl.train",),
     "convert": ("zebractl.train",),
     "planning": HEAVY,
     "layout": HEAVY,

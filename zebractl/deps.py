@@ -58,6 +58,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "eval": (*_CONVERT, "lm_eval", "lm_eval.evaluator", "lm_eval.tasks", "datasets"),
     "compare": ("matplotlib",),
     "compare --fla": _CONVERT,
+    "generate": _CONVERT,
 }
 
 OWN: dict[str, tuple[str, ...]] = {
@@ -69,6 +70,7 @@ OWN: dict[str, tuple[str, ...]] = {
     "eval": ("zebractl.evaluate.harness",),
     "compare": ("zebractl.compare.report", "zebractl.compare.render"),
     "compare --fla": ("zebractl.train.reference",),
+    "generate": ("zebractl.generate.run", "zebractl.generate.engine", "zebractl.generate.chat"),
 }
 
 EXTRA_FOR: dict[str, str] = {
@@ -80,6 +82,7 @@ EXTRA_FOR: dict[str, str] = {
     "eval": "eval",
     "compare": "report",
     "compare --fla": "train",
+    "generate": "train",
 }
 """The one extra that makes each command work (it includes the extras below it)."""
 

@@ -18,6 +18,7 @@ from zebractl.cli import convert as _convert
 from zebractl.cli import doctor as _doctor
 from zebractl.cli import env as _env
 from zebractl.cli import eval as _eval
+from zebractl.cli import generate as _generate
 from zebractl.cli import plan as _plan
 from zebractl.cli import prepare as _prepare
 from zebractl.cli import schema as _schema
@@ -81,6 +82,8 @@ app.command("warmup", epilog=epilog("warmup"))(_warmup.warmup)
 app.command("convert", epilog=epilog("convert"))(_convert.convert)
 app.command("verify", epilog=epilog("verify"))(_convert.verify)
 app.command("eval", epilog=epilog("eval"))(_eval.eval_)
+app.command("generate", epilog=epilog("generate"))(_generate.generate)
+app.command("chat", epilog=epilog("chat"))(_generate.chat)
 app.add_typer(_schema.app, name="schema")
 app.command("compare", epilog=epilog("compare"))(_compare.compare)
 app.command("doctor", epilog=epilog("doctor"))(_doctor.doctor)

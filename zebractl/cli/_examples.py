@@ -51,6 +51,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "zebractl eval hf/kda_300M --tasks arc_easy,piqa,hellaswag --batch-size 32",
         "zebractl eval runs/kda_300M --tasks wikitext-like -o reports/kda_300M --json",
     ),
+    "generate": (
+        'zebractl generate runs/tiny_kda --prompt "Once upon a time" --max-new-tokens 32',
+        "zebractl generate hf/kda_300M --prompt-file prompt.txt --temperature 0.8 --top-p 0.9 --seed 1",
+        'zebractl generate runs/kda_300M --prompt "The capital of France is" --stop "." --json',
+    ),
+    "chat": (
+        "zebractl chat runs/tiny_sft",
+        'zebractl chat runs/tiny_sft --system "You are terse." --chat-template chatml',
+        "printf 'hello\\nwhat is 2+2?\\n' | zebractl chat runs/tiny_sft",
+    ),
     "compare": (
         "zebractl compare runs/tiny_kda --fla",
         "zebractl compare runs/kda_300M runs/kda_300M-fla-reference --assert",

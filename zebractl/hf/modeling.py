@@ -84,6 +84,26 @@ class ZebraCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen
 
+    def snapshot(self) -> dict[str, Any]:
+        """What :meth:`restore` needs to come back to this point: copies of the fixed-size parts
+        (convolution tails, recurrent states) and the lengths of the latent buffers (the rows
+        before them are never written again)."""
+        layers = [
+            {k: v.clone() if isinstance(v, Tensor) and k != "latent" else v for k, v in d.items()}
+            for d in self.layers
+        ]
+        return {"seen": self.seen, "layers": layers}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Return to a :meth:`snapshot` taken from this cache (what was fed since is forgotten)."""
+        self.seen = snap["seen"]
+        for d, saved in zip(self.layers, snap["layers"], strict=True):
+            latent = d.get("latent")
+            d.clear()
+            d.update({k: v.clone() if isinstance(v, Tensor) else v for k, v in saved.items()})
+            if latent is not None:
+                d["latent"] = latent
+
     def __len__(self) -> int:
         return len(self.layers)
 

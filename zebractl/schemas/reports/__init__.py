@@ -79,6 +79,7 @@ from zebractl.schemas.reports.eval import (
     EvalReport,
     EvalTaskResult,
 )
+from zebractl.schemas.reports.generate import ChatReport, ChatTurn, GenerateReport, GenerateSampling
 from zebractl.schemas.reports.plan import (
     ForwardFlops,
     PlanBatch,
@@ -114,6 +115,8 @@ REPORTS: tuple[type[Report], ...] = (
     ConvertReport,
     ModelVerifyReport,
     EvalReport,
+    GenerateReport,
+    ChatReport,
     CompareReport,
     TrainCheckReport,
     DoctorReport,
@@ -123,6 +126,10 @@ REPORTS: tuple[type[Report], ...] = (
 
 __all__ = [
     "REPORTS",
+    "GenerateReport",
+    "GenerateSampling",
+    "ChatReport",
+    "ChatTurn",
     "Report",
     "Split",
     "SublayerParameters",

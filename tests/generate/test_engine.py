@@ -1,0 +1,145 @@
+"""`zebractl.generate.engine`: cached generation equals recomputing the whole sequence, MLA keeps
+only its compressed latent, and the sampler does what its settings say.
+
+Random weights (the conftest seed, printed); fp32 on CPU. Greedy decoding through the cache must
+choose, at every one of 32 steps, the argmax of a full no-cache forward over everything so far.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("megatron.core")
+
+from zebractl.config.resolve import resolve_recipe  # noqa: E402
+from zebractl.convert.hf import mla_rope, model_state  # noqa: E402
+from zebractl.generate.engine import Decoder, generate, pick  # noqa: E402
+from zebractl.generate.options import Sampling  # noqa: E402
+from zebractl.hf import mapping  # noqa: E402
+from zebractl.model.model import build_model  # noqa: E402
+
+
+class _Tok:
+    """A stand-in tokenizer: a token's text is its id in brackets."""
+
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"[{i}]" for i in ids)
+
+
+def _hf(recipe: str, seed: int):
+    import zebractl.hf as zh
+
+    m = resolve_recipe(recipe, []).run.model
+    ours = build_model(m, seed=seed).eval()
+    config = zh.ZebraConfig(zebractl_model=m.model_dump(mode="json"), mla_rope=mla_rope(ours))
+    hf = zh.ZebraForCausalLM(config).eval()
+    hf.load_state_dict(
+        mapping.to_hf(model_state(ours), m, "zebra", keep_padding=True), strict=False
+    )
+    return m, hf
+
+
+@pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
+def test_greedy_generation_is_the_argmax_of_the_full_forward(recipe):
+    seed = int(torch.randint(0, 2**31 - 1, ()))
+    print("seed", seed)
+    m, hf = _hf(recipe, seed)
+    prompt = torch.randint(0, m.vocab_size, (11,)).tolist()
+    dec = Decoder(hf, m.max_position_embeddings)
+    out = generate(dec, _Tok(), prompt, max_new_tokens=32, sampling=Sampling(), stop_ids=set())
+    assert len(out.ids) == 32 and out.stop_reason == "length"
+    seq = list(prompt)
+    with torch.no_grad():
+        for step, token in enumerate(out.ids):
+            logits = hf(input_ids=torch.tensor([seq])).logits[0, -1]
+            assert token == int(logits.argmax()), (recipe, seed, step)
+            seq.append(token)
+    assert dec.fed == len(prompt) + 31  # the prompt once, then one token per step
+    mla = [
+        layer
+        for layer, block in zip(dec.cache.layers, hf.model.layers, strict=True)
+        if block.kind == "mla"
+    ]
+    assert bool(mla) == (recipe == "tiny_hybrid")
+    for layer in mla:  # the compressed latent and the rope key, nothing else, per token
+        a = m.mla
+        assert layer["latent_len"] == len(prompt) + 31
+        assert layer["latent"].shape[-1] == a.kv_lora_rank + a.qk_pos_emb_head_dim
+        assert layer["latent"].shape[1] == len(prompt) + 32  # made once for the whole generation
+        assert not {"k", "v"} & layer.keys()
+
+
+def test_the_latent_buffer_grows_by_doubling_without_a_capacity():
+    seed = int(torch.randint(0, 2**31 - 1, ()))
+    print("seed", seed)
+    m, hf = _hf("tiny_hybrid", seed)
+    dec = Decoder(hf, m.max_position_embeddings)
+    dec.reset(0)
+    sizes = []
+    with torch.no_grad():
+        dec.feed([1, 2, 3])
+        for t in range(10):
+            dec.feed([t + 4])
+            layer = next(
+                c for c, b in zip(dec.cache.layers, hf.model.layers, strict=True) if b.kind == "mla"
+            )
+            sizes.append(layer["latent"].shape[1])
+    assert sizes == [6, 6, 6, 12, 12, 12, 12, 12, 12, 24]
+
+
+def test_pick_greedy_top_k_top_p_and_the_seed():
+    logits = torch.tensor([0.0, 3.0, 2.9, -1.0, 1.0])
+    assert pick(logits, Sampling(), None) == 1
+    draws = lambda s, n=200: {  # noqa: E731
+        pick(logits, s, g) for g in [torch.Generator().manual_seed(i) for i in range(n)]
+    }
+    assert draws(Sampling(temperature=1.0, top_k=2)) == {1, 2}
+    # top-p: the most likely token alone holds under 0.5 of the mass, the first two hold more
+    assert draws(Sampling(temperature=1.0, top_p=0.5)) == {1, 2}
+    assert draws(Sampling(temperature=1.0, top_p=0.01)) == {1}
+    assert len(draws(Sampling(temperature=5.0))) == 5
+    again = [
+        pick(logits, Sampling(temperature=1.0), torch.Generator().manual_seed(7)) for _ in range(3)
+    ]
+    assert len(set(again)) == 1
+
+
+def test_stop_text_cuts_and_holds_back_its_beginning():
+    m, hf = _hf("tiny_kda", 1234)
+    dec = Decoder(hf, m.max_position_embeddings)
+    prompt = [5, 6, 7]
+    full = generate(dec, _Tok(), prompt, max_new_tokens=6, sampling=Sampling(), stop_ids=set())
+    third = f"[{full.ids[2]}]"
+    shown: list[str] = []
+    cut = generate(
+        dec,
+        _Tok(),
+        prompt,
+        max_new_tokens=6,
+        sampling=Sampling(),
+        stop=[third],
+        stop_ids=set(),
+        on_text=shown.append,
+    )
+    assert cut.stop_reason == "stop"
+    assert cut.text == full.text[: full.text.find(third)] and len(cut.ids) <= 3
+    assert "".join(shown) == cut.text  # nothing of the stop text was shown
+    ended = generate(
+        dec, _Tok(), prompt, max_new_tokens=6, sampling=Sampling(), stop_ids={full.ids[1]}
+    )
+    first = full.ids.index(full.ids[1])  # the first time that token comes
+    assert ended.stop_reason == "eos" and ended.ids == full.ids[:first]
+    assert ended.unfed == [full.ids[1]]
+
+
+def test_generation_stops_at_the_last_position():
+    m, hf = _hf("tiny_kda", 1234)
+    dec = Decoder(hf, 8)
+    out = generate(
+        dec, _Tok(), [1, 2, 3, 4, 5], max_new_tokens=20, sampling=Sampling(), stop_ids=set()
+    )
+    assert out.stop_reason == "max_positions" and dec.seen == 8
