@@ -59,7 +59,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "chat": (
         "zebractl chat runs/tiny_sft",
         'zebractl chat runs/tiny_sft --system "You are terse." --chat-template chatml',
-        "printf 'hello\\nwhat is 2+2?\\n' | zebractl chat runs/tiny_sft",
+        "zebractl chat runs/tiny_sft --json < questions.txt",
     ),
     "compare": (
         "zebractl compare runs/tiny_kda --fla",
