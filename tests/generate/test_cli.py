@@ -170,3 +170,17 @@ def test_chat_through_a_pipe_feeds_only_each_new_turn(chat_run, demo_chat, tmp_p
     )
     assert scratch.returncode == 0, scratch.stderr
     assert json.loads(scratch.stdout)["text"] == doc["turns"][-1]["reply"]
+
+
+def test_an_fla_export_generates_what_the_run_does(cli, trained, tmp_path):
+    """tiny_kda exports to FLA's KDAForCausalLM; on a CPU it runs through FLA's reference code
+    without a cache (every token recomputes the sequence). fp32 weights on both sides; greedy: the
+    same text as the run."""
+    assert cli("convert", str(trained), str(tmp_path / "hf"), "--dtype", "fp32").exit_code == 0
+    args = ["--prompt", "Once upon a time", "--max-new-tokens", "6", "--json"]
+    ours = json.loads(cli("generate", str(trained), *args).stdout)
+    res = cli("generate", str(tmp_path / "hf"), *args)
+    assert res.exit_code == 0, res.stderr
+    theirs = json.loads(res.stdout)
+    assert theirs["model_class"] == "KDAForCausalLM" and theirs["source_kind"] == "hf"
+    assert theirs["text"] == ours["text"] and theirs["new_tokens"] == ours["new_tokens"]

@@ -4,7 +4,8 @@
 (:class:`zebractl.hf.modeling.ZebraForCausalLM`) keeps a :class:`~zebractl.hf.modeling.ZebraCache`
 made for the whole generation up front (fixed-size recurrent states, MLA's compressed latents in
 preallocated buffers), and only the last position's logits are computed; any other Hugging Face
-causal LM (FLA's classes) keeps the cache its forward returns. :func:`generate` samples from it
+causal LM (FLA's classes) keeps the cache its forward returns; FLA's classes on a CPU run through
+FLA's reference code, which keeps no state, so each token recomputes the whole sequence there. :func:`generate` samples from it
 (:func:`pick`: greedy at temperature 0, else temperature / top-k / top-p with a seeded generator),
 streams the text as it grows (never half a character) and stops at the end-of-sequence token, a
 stop text, the token budget or the model's last position.
@@ -12,6 +13,7 @@ stop text, the token budget or the model's last position.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,8 +48,17 @@ def pick(logits: Tensor, s: Sampling, gen: torch.Generator | None) -> int:
 class Decoder:
     """A causal LM and its cache: :meth:`feed` tokens, get the logits after the last one."""
 
-    def __init__(self, model: Any, max_positions: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        max_positions: int,
+        context: Callable[[], Any] | None = None,
+        cached: bool = True,
+    ) -> None:
         self.model = model
+        self.context = context or contextlib.nullcontext  # around every forward
+        self.cached = cached  # False: every feed recomputes the whole sequence (no cache)
+        self._history: list[int] = []
         self.max_positions = max_positions
         self.device = next(model.parameters()).device
         self.zebra = type(model).__name__ == "ZebraForCausalLM"
@@ -59,6 +70,7 @@ class Decoder:
         """Forget everything fed; a Zebra cache is made for ``capacity`` tokens."""
         self.seen = 0
         self._cache = None
+        self._history = []
         if self.zebra:
             from zebractl.hf.modeling import ZebraCache
 
@@ -69,25 +81,31 @@ class Decoder:
         """Run ``ids`` after everything fed so far; the fp32 logits ``[V]`` after the last one."""
         if not ids:
             raise ValueError("feed: no tokens")
-        if self._cache is None and self.zebra:
+        if self._cache is None and self.zebra and self.cached:
             self.reset(len(ids))
+        if not self.cached:
+            self._history += ids
+            ids = self._history
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        if self.zebra:
-            out = self.model(
-                input_ids=x, past_key_values=self._cache, use_cache=True, logits_to_keep=1
-            )
-        else:
-            out = self.model(input_ids=x, past_key_values=self._cache, use_cache=True)
-            self._cache = out.past_key_values
-        self.seen += len(ids)
-        self.fed += len(ids)
+        with self.context():
+            if not self.cached:
+                out = self.model(input_ids=x, use_cache=False)
+            elif self.zebra:
+                out = self.model(
+                    input_ids=x, past_key_values=self._cache, use_cache=True, logits_to_keep=1
+                )
+            else:
+                out = self.model(input_ids=x, past_key_values=self._cache, use_cache=True)
+                self._cache = out.get("past_key_values", out.get("cache"))
+        self.seen = len(self._history) if not self.cached else self.seen + x.shape[1]
+        self.fed += x.shape[1]
         return out.logits[0, -1].float()
 
     def snapshot(self) -> Any:
         """A point to :meth:`restore` to (None where the model's cache cannot: not ours)."""
-        return (
-            (self.seen, self._cache.snapshot()) if self.zebra and self._cache is not None else None
-        )
+        if self.zebra and self.cached and self._cache is not None:
+            return (self.seen, self._cache.snapshot())
+        return None
 
     def restore(self, snap: Any) -> None:
         self.seen = snap[0]

@@ -32,6 +32,13 @@ def _open(
         positions = loaded.cfg.model.max_position_embeddings
     else:
         positions = int(getattr(loaded.model.config, "max_position_embeddings", 0) or 2**31 - 1)
+    if loaded.fla_on_cpu:  # FLA's classes on a CPU: FLA's reference code, which keeps no state
+        from zebractl.runtime.fla_cpu import on_cpu
+
+        console(
+            "FLA's classes on a CPU keep no generation state: each token recomputes the sequence"
+        )
+        return loaded, dev, dname, Decoder(loaded.model, positions, on_cpu, cached=False)
     return loaded, dev, dname, Decoder(loaded.model, positions)
 
 
