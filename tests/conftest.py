@@ -441,7 +441,7 @@ def trained(tmp_path_factory, fast) -> Path:
     return _TRAINED["run"]
 
 
-# ---- GPU sessions
+# ---- test runs with GPU tests
 
 
 def _no_gpu_reason() -> str | None:

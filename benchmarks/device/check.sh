@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# The GPU check (issue 25): the one way device time is spent. On one H200 it runs the GPU tests,
-# measures throughput against FLA's own classes, checks loss parity with FLA and evaluates, then
-# writes ONE record (check_record.py) named DATE-COMMIT.json. benchmarks/device/README.md ("The
-# check") says how to call it.
+# The GPU check (issue 25): one job on one GPU that runs the GPU tests, measures throughput
+# against FLA's own classes, checks loss parity with FLA and evaluates, then writes ONE record
+# (check_record.py) named DATE-COMMIT.json. benchmarks/device/README.md ("The check") says more.
 #
-#   bash benchmarks/device/check.sh start [OUTDIR]  device tool, call 1: copy the tree to /tmp/zrepo,
-#                                                   unpack .whl/*.tar.xz, seed the kernel cache,
-#                                                   launch the job under setsid; returns in ~60 s
-#   bash benchmarks/device/check.sh wait SECONDS    device tool, call 2 (call 3 if needed): follow the
-#                                                   job until done or SECONDS pass (keep <= 580),
-#                                                   copy the record, logs.tgz and key files to $OUT,
-#                                                   print the status table last
-#   bash benchmarks/device/check.sh local [OUTDIR]  any machine with one CUDA GPU and the packages
+#   bash benchmarks/device/check.sh start [OUTDIR]  remote machine, first command: copy the tree to
+#                                                   /tmp/zrepo, unpack .whl/*.tar.xz, seed the kernel
+#                                                   cache, launch the job under setsid; ~60 s
+#   bash benchmarks/device/check.sh wait SECONDS    then, once or more: follow the job until done or
+#                                                   SECONDS pass (well under the runner's command
+#                                                   limit: <= 580 for 10 minutes), copy the record,
+#                                                   logs.tgz and key files to $OUT, print the table
+#   bash benchmarks/device/check.sh local [OUTDIR]  the machine with one CUDA GPU and the packages
 #                                                   installed (no tarballs): the same job, foreground
-# OUTDIR: where the finished job copies its files. Under the device tool that is the `wait` call's
-# $OUT (start's own $OUT is emptied before the next call); otherwise the default is
+# For a GPU machine reached through a command runner that may cut a command after some minutes:
+# start and wait each return well within such a limit while the job runs detached between them.
+# OUTDIR: where the finished job copies its files. When $OUT is set (the folder a runner brings
+# back), the `wait` command copies into its own $OUT instead; otherwise the default is
 # benchmarks/results/gpu-check/local-<UTC date>.
 #
 # TIME BUDGET (a fresh H200, start included): CHECK_BUDGET=720 s counted from the start of `start`.
@@ -28,7 +29,8 @@
 #                     = global = 64, 4 iterations, tokens/s + MFU of iterations 2-4; these warm the
 #                     kernel cache for the shapes; then benchmarks/step_bench.py --runs
 #                     fla_shipped:64 fla_tuned:64 per recipe (cap 120 each): FLA's classes FLA's way
-#   then side by side (parity's own throughput is not a claim, so sharing the GPU is acceptable):
+#   then side by side on an H200 (parity's own throughput is not a claim, so sharing the GPU is
+#   acceptable; on a GPU under 100 GB parity and eval run first, then the tests, one at a time):
 #     tests ~= 390 s  pytest -m gpu tests/model tests/convert tests/train (cap: the rest of the
 #                     budget; stopped with SIGTERM -> KeyboardInterrupt, so the junit XML of the
 #                     tests that ran is still written). ~529 s cold on the last fresh machine: it
@@ -37,7 +39,7 @@
 #                     zebractl compare RUN --fla --assert --json (cap 200; trains FLA's class)
 #     eval   ~=  60 s after parity: zebractl eval PARITY_RUN --tasks arc_easy --limit 100 (cap 150)
 #   record  <=   5 s  check_record.py write; files to OUTDIR
-#   60 + 270 + max(390, 240) = 720 s. Device calls: start (~60 s) + wait 560 + wait ~120.
+#   60 + 270 + max(390, 240) = 720 s. Commands: start (~60 s) + wait 560 + wait ~120.
 #
 # Knobs (environment):
 #   PHASES="perf tests parity eval"  which phases (default these, always in this order); a phase
@@ -63,7 +65,7 @@
 #   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
 #   CHECK_PERF_RECIPES="kda_300M gdn_300M"   the perf phase's recipes (one of them: a shorter job; the
 #                         record then says the other was not measured)
-#   CHECK_PERF_MICRO=64   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
+#   CHECK_PERF_MICRO=64 (32 on a GPU under 100 GB)   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
 #   CHECK_EVAL_CAP=150    CHECK_EVAL_BATCH= (e.g. auto)   the seed suite once, on a warm machine:
 #     PHASES="parity eval" CHECK_EVAL_TASK=seed CHECK_EVAL_LIMIT=0 CHECK_EVAL_BATCH=auto \
 #     CHECK_EVAL_CAP=600 CHECK_BUDGET=0 bash benchmarks/device/check.sh start
@@ -197,8 +199,15 @@ train_args() {  # the data overrides every training run of the check shares
          --set logging.interval=1 --set checkpoint.interval=100000 --set checkpoint.keep_last=1)
 }
 
+gpu_mib() {  # the first GPU's memory in MiB (0 when unknown)
+  local m; m=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  echo "${m:-0}"
+}
+
 phase_perf() {
-  local t0; t0=$(now); local fails=() rc recipe micro=${CHECK_PERF_MICRO:-64} runs=() v
+  # micro 64 fits the 300M models on an H200 (141 GB); an 80 GB GPU (H100) takes 32
+  local default_micro=64; [ "$(gpu_mib)" -lt 100000 ] && default_micro=32
+  local t0; t0=$(now); local fails=() rc recipe micro=${CHECK_PERF_MICRO:-$default_micro} runs=() v
   need_gpu perf "$t0" && need_data perf "$t0" || return 0
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
     > "$JOB/gpu_apps_before_perf.csv" 2>/dev/null
@@ -285,7 +294,7 @@ phase_memory() {
 }
 
 # -p no:benchmark: the image's pytest-benchmark plugin warns under xdist, and the suite's
-# filterwarnings=error turned that into an INTERNALERROR (first H200 check, 2026-12-02); no test uses it.
+# filterwarnings=error turned that into an INTERNALERROR (the check at 539629e, 2026-12-02); no test uses it.
 # pytest stopped by timeout's SIGTERM stops as on Ctrl-C (KeyboardInterrupt), so the junit XML of
 # the tests that ran is written; SIGINT is re-armed too (a background job starts with it ignored)
 PYTEST_MAIN='import signal, sys
@@ -299,7 +308,7 @@ phase_tests() {
   need_gpu tests "$t0" || return 0
   eval "extra=(${CHECK_PYTEST_ARGS:-})"  # shell words: CHECK_PYTEST_ARGS="-k 'lm_head or fp8'"
   # --dist load, not loadfile: each GPU test of tests/convert trains its own tiny preset, and under
-  # loadfile the four ran one after another on one worker (364 s of the second H200 check's 359 s)
+  # loadfile the four ran one after another on one worker (364 s of the 359 s of the check at d6dce37)
   case $CHECK_XDIST in ''|0|off|no) ;; *) xd=(-n "$CHECK_XDIST" --dist load) ;; esac
   rm -rf /tmp/zpt
   MERGE=1 gpu_step tests tests 900 TERM "$PY" -c "$PYTEST_MAIN" -m gpu tests/model tests/convert \
@@ -356,7 +365,7 @@ phase_eval() {
 source_info() {  # source_info TREE
   local commit dirty="" fp
   if [ -n "${CHECK_COMMIT:-}" ]; then
-    # the device copy's .git (if any) is the session's starting checkout, not this tree: its
+    # the device copy's .git (if any) may be an older checkout than this tree: its
     # status would list committed changes as dirty; the tree fingerprint identifies the tree
     commit=$CHECK_COMMIT; : > "$JOB/dirty.txt"
   elif commit=$(git -C "$1" rev-parse --short HEAD 2>/dev/null); then
@@ -499,7 +508,7 @@ setup_device() {
     EVAL_OK=0 EVAL_PATH="" EVAL_REASON="no .whl/eval-cp312.tar.xz (the lm-eval stack was not carried)"
   fi
   if [ -d "$D/gpu_data" ]; then DATA=$D/gpu_data
-  elif [ -d "$SRC/gpu_data" ]; then DATA=$SRC/gpu_data  # carried unpacked, as earlier sessions did
+  elif [ -d "$SRC/gpu_data" ]; then DATA=$SRC/gpu_data  # copied unpacked, with the tree
   else DATA=""
   fi
   ZEBRACTL_TEST_DATA=$DATA
@@ -547,10 +556,16 @@ job() {
     has perf && phase_perf  # alone on the GPU
     has memory && phase_memory  # alone too: its peaks are the claim
     local tests_pid=""
-    if has tests; then phase_tests & tests_pid=$!; fi
-    has parity && phase_parity
-    has eval && phase_eval
-    [ -n "$tests_pid" ] && wait "$tests_pid"
+    if [ "$(gpu_mib)" -lt 100000 ]; then  # 80 GB: parity's two runs and the tests do not fit together
+      has parity && phase_parity
+      has eval && phase_eval
+      has tests && phase_tests
+    else
+      if has tests; then phase_tests & tests_pid=$!; fi
+      has parity && phase_parity
+      has eval && phase_eval
+      [ -n "$tests_pid" ] && wait "$tests_pid"
+    fi
   fi
   finish
 }
@@ -566,7 +581,7 @@ collect() {  # collect DEST [--partial]: the record and at most 8 more files int
   local md; md=$(ls "$JOB"/runs/parity_*/reports/compare-*/compare.md 2>/dev/null | head -1)
   [ -n "$md" ] && cp "$md" "$dest/compare.md"
   # every autotune winner the job's kernel cache holds, in the shipped archives' layout
-  # (<hash>/<kernel>.autotune.json): what a later session may add to zebractl/runtime/kernel_configs
+  # (<hash>/<kernel>.autotune.json): what may be added to zebractl/runtime/kernel_configs later
   local tdir; tdir=$("$PY" -c "import json; print(json.load(open('$JOB/kernel_cache.json')).get('triton') or '')" 2>/dev/null)
   if [ -n "$tdir" ] && [ -d "$tdir" ]; then
     ( cd "$tdir" && find . -mindepth 2 -maxdepth 2 -name '*.autotune.json' | sed 's|^\./||' | sort \
@@ -611,7 +626,7 @@ cmd_start() {
   PY=${CHECK_PYTHON:-python3} MODE=device
   begin device
   if [ -n "${1:-}" ]; then OUTDIR=$(mkdir -p "$1" && cd "$1" && pwd)
-  elif [ -n "${OUT:-}" ]; then OUTDIR=""  # the device tool: the `wait` call copies into its $OUT
+  elif [ -n "${OUT:-}" ]; then OUTDIR=""  # a runner's $OUT: the `wait` command copies into its own
   else OUTDIR=$SRC/benchmarks/results/gpu-check/local-$(date -u +%Y-%m-%d)
   fi
   setup_device
@@ -670,5 +685,5 @@ case ${1:-} in
   wait) shift; cmd_wait "$@" ;;
   local) shift; cmd_local "$@" ;;
   _job) job ;;  # internal: the job under setsid (started by `start`)
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

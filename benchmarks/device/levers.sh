@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The training step's speed levers side by side, in one device call (issue 41's method: build each
-# lever behind a recipe key on the CPU, measure them all in one job, then one GPU check):
+# The training step's speed levers side by side, in one job under 10 minutes (issue 41's method:
+# build each lever behind a recipe key on the CPU, measure them all in one job, then one GPU check):
 #
-#   bash benchmarks/device/levers.sh        device tool; carry .whl/site-cp312.tar.xz (site.sh site)
+#   bash benchmarks/device/levers.sh        on the GPU machine, with .whl/site-cp312.tar.xz (site.sh site)
 #
 # On the GPU, in this order (each step under its own time limit; everything lands in $OUT as it
 # finishes, so a step cut short loses only itself):
@@ -30,7 +30,7 @@ say() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 run() {  # run LIMIT NAME CMD...: the command under timeout, its output appended to the log
   local limit=$1 name=$2 left; shift 2
   case " ${LEVERS_STEPS:-$name} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
-  left=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) ))  # the whole job ends inside the device call
+  left=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) ))  # the whole job ends inside one 10-minute command
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 20 ]; then say "$name: skipped, no time left"; return; fi
   say "$name (limit $limit s): $*"

@@ -1,5 +1,5 @@
-"""The step rows of a levers.sh log (lines ``RESULT {json}``) as one table, for the device call's
-reply: ``python3 benchmarks/device/levers_table.py < levers.log``."""
+"""The step rows of a levers.sh log (lines ``RESULT {json}``) as one table (levers.sh prints it
+last and writes it to $OUT/table.txt): ``python3 benchmarks/device/levers_table.py < levers.log``."""
 
 from __future__ import annotations
 

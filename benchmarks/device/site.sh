@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build, on a CPU machine with pip and PyPI, what the lent GPU machine (x86-64, Python 3.12, no
-# network) lacks, as tarballs that travel in one device call (see benchmarks/device/README.md,
+# Build, on a CPU machine with pip and PyPI, what the GPU machine (x86-64, Python 3.12, no network)
+# lacks, as tarballs small enough to copy there with the tree (see benchmarks/device/README.md,
 # "Site tarballs"):
 #   bash benchmarks/device/site.sh [site|eval|data|all]...     (default: all = site eval data)
 #     site  .whl/site-cp312.tar.xz  -> site312/  constraints/gpu-cp312.txt (train/convert/verify/compare, GPU tests)
@@ -147,7 +147,7 @@ build_site() {
   rm -rf "$d/z3/include"
   # tvm-ffi: libbacktrace's build sources (dlpack's headers stay)
   rm -rf "$d/tvm_ffi/3rdparty/libbacktrace"
-  # torchao: Python only, as on every earlier session (zebractl calls its float8 Python path)
+  # torchao: Python only, as in every GPU measurement so far (zebractl calls its float8 Python path)
   rm -f "$d"/torchao/_C*.so && rm -rf "$d/torchao/csrc"
   # torch-c-dlpack-ext: prebuilt addons for torch 2.4-2.9 only; torch 2.11 has the DLPack exchange
   # API itself, so tvm-ffi never imports the package
@@ -231,7 +231,7 @@ for what in "$@"; do
   esac
 done
 
-# sizes: each tarball, their sum, and the sum with the working tree a device call carries (tracked
+# sizes: each tarball, their sum, and the sum with the working tree that is copied along (tracked
 # and untracked files that git does not ignore)
 row() { awk -v l="$1" -v n="$2" -v x="${3:-}" 'BEGIN { printf "%-24s %10d bytes %7.2f MB %7.2f MiB%s\n", l, n, n / 1e6, n / 1048576, x }'; }
 total=0
@@ -244,4 +244,4 @@ done
 tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 row "tarballs" "$total"
 row "working tree" "$tree"
-row "tarballs + working tree" "$((total + tree))" "  (one device call carries at most 64 MiB)"
+row "tarballs + working tree" "$((total + tree))" "  (keep under a transfer limit, e.g. 64 MiB)"

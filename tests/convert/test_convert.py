@@ -267,8 +267,8 @@ GPU_HEADS = {
     "tiny_hybrid": ["model.kda.head_k_dim=32", "model.kda.head_v_dim=64"],
     "tiny_mamba": ["model.mamba2.head_dim=64", "model.mamba2.state_dim=64"],
 }
-"""The shipped 300M models' head sizes for the tiny models on FLA's kernels: the fourth H200 session
-saw tiny_kda, tiny_gdn and tiny_hybrid fail this test at their CPU head sizes (16; cause not yet
+"""The shipped 300M models' head sizes for the tiny models on FLA's kernels: on an H200 (2026-12-01,
+1ad596d) tiny_kda, tiny_gdn and tiny_hybrid failed this test at their CPU head sizes (16; cause not
 read), and FLA's kernels are what the shipped models run at these sizes."""
 
 

@@ -23,8 +23,8 @@ from zebractl.schemas.recipe import derive
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = sorted(
     path
-    for session in ("issue12b", "issue12d")
-    for path in (REPO / f"benchmarks/results/2026-12-01_h200_{session}").glob("bench_*.json")
+    for topic in ("issue12b", "issue12d")
+    for path in (REPO / f"benchmarks/results/2026-12-01_h200_{topic}").glob("bench_*.json")
 )
 ENGINES = {
     "ours": ("torch_fused", 32),

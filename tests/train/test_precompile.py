@@ -93,7 +93,7 @@ def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp
     configurations: nothing autotunes (the tiny model this test used before autotuned every kernel:
     232.8 s cold on the H200). The runs get a kernel cache of their own (Triton's and TileLang's
     disk caches in tmp_path, seeded with the shipped configurations as ``zebractl train`` seeds
-    them), so the test does not depend on an earlier session's cache; kernels an earlier test of
+    them), so the test does not depend on an earlier test run's cache; kernels an earlier test of
     this process compiled at these shapes (test_cuda_graph_gpu.py) stay in memory, which only
     makes the thread quicker: its note is printed either way (Precompile.join)."""
     import shutil

@@ -59,7 +59,7 @@ MEASURED: dict[str, Measured] = {
     "zebra_mamba_8B_hybrid": Measured(
         2, 8192, 23_081, 0.342, "zebra_mamba_8B_hybrid cut to 8 of its 32 blocks, selective "
         "recompute, megatron engine",
-        "benchmarks/README.md, 2026-12-02 at 454ff45 (H200); README, The 1B-8B hybrids",
+        "benchmarks/results/gpu-check/2026-12-02-454ff45.memory.json (H200, 2026-12-02)",
     ),
 }  # fmt: skip
 

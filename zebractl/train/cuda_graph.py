@@ -1,8 +1,9 @@
 """One micro-batch's forward and backward captured as a CUDA graph and replayed (``kernels.cuda_graph``).
 
 Why: at micro-batch 16 a 300M step launches thousands of kernels, many through Triton's Python
-launcher, and the H200 waits ~31 ms of a 183 ms step for the host (benchmarks/README.md, fourth
-session's profile). A replayed graph launches them all at once.
+launcher, and the H200 waits ~31 ms of a 183 ms step for the host (the profile of 2026-12-01 at
+1ad596d: benchmarks/results/2026-12-01_h200_issue12d/README.md). A replayed graph launches them all
+at once.
 
 How (torch's whole-network capture recipe): the first :data:`WARMUP` micro-steps run eagerly on a
 side stream (Triton autotuning, TileLang compiles, cuBLAS handles and lazy initialisation happen
