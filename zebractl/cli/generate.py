@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from zebractl.cli._common import JsonOpt, emit_json, err, guarded, stdout_to_stderr
-from zebractl.cli.completion import choices
+from zebractl.cli.eval import DeviceOpt, DtypeOpt
+from zebractl.cli.eval import IterationOpt as CheckpointOpt
 from zebractl.deps import require
 from zebractl.errors import ConfigError
 
@@ -38,28 +39,6 @@ TopPOpt = Annotated[
 SeedOpt = Annotated[int, typer.Option("--seed", help="The sampler's random seed.")]
 StopOpt = Annotated[
     list[str], typer.Option("--stop", help="End at this text (not printed); repeatable.")
-]
-DeviceOpt = Annotated[
-    str,
-    typer.Option(
-        "--device", help="auto | cpu | cuda.", autocompletion=choices("auto", "cpu", "cuda")
-    ),
-]
-DtypeOpt = Annotated[
-    str,
-    typer.Option(
-        "--dtype",
-        help="auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32.",
-        autocompletion=choices("auto", "bf16", "fp32"),
-    ),
-]
-CheckpointOpt = Annotated[
-    str,
-    typer.Option(
-        "--checkpoint",
-        metavar="ITER|PATH",
-        help="A run's checkpoint: an iteration or one of its checkpoint folders.",
-    ),
 ]
 SystemOpt = Annotated[str, typer.Option("--system", help="A system message opening the chat.")]
 TemplateOpt = Annotated[
