@@ -37,7 +37,8 @@ def compare(
         False,
         "--assert",
         help="Exit 3 listing the checks outside their tolerance (parity only: exit 2 for a "
-        "fine-tune and its initial run, which have no parity to assert).",
+        "fine-tune and its initial run, or runs of different models, which have no parity to "
+        "assert).",
     ),
     tolerance: list[str] = typer.Option(
         [],
@@ -68,6 +69,11 @@ def compare(
     report is a before/after one instead: each task's eval delta as after - before, the fine-tuned
     run's own (assistant-token) losses, throughput and the config differences; nothing is refused
     for differing data and no parity check applies (--assert and --tolerance exit 2).
+
+    Runs of different models (any model field: the layout, a width, a head, the vocabulary, a norm's
+    epsilon) get no verdict: the report leads with "models differ" and the fields, then the same
+    curves as a plain comparison (--assert and --tolerance exit 2). The config differences of runs
+    of one model are listed right under the verdict.
 
     One writer per run directory: every compare writes its report (--json too), so it holds the
     lock of the run directory holding the report folder (RUN_A by default) from after the usage
@@ -128,13 +134,8 @@ def _compare(
     from zebractl.errors import ConfigError
 
     finetune = data["kind"] == "finetune"
-    if finetune and (assert_ or tolerance_given):
-        after, before = (run_a, run_b) if data["finetune"]["after"] == "a" else (run_b, run_a)
-        raise ConfigError(
-            f"{after} is a fine-tune of {before} (its init_from): a before/after pair has no "
-            f"parity to assert, so {'--assert' if assert_ else '--tolerance'} does not apply; "
-            "drop it for the before/after report"
-        )
+    if data["kind"] != "parity" and (assert_ or tolerance_given):
+        raise ConfigError(_no_parity(data, run_a, run_b, "--assert" if assert_ else "--tolerance"))
     report = render.write(rep.report(data, tol), folder)
     from zebractl.run.tracking import attach_compare
 
@@ -146,8 +147,9 @@ def _compare(
     else:
         _print_parity(report)
     failed = [c for c in report.checks if not c.ok]
-    if not json_out:  # the last two lines: the verdict, then the report (what the main job ends on)
-        print(finetune_verdict(report) if finetune else verdict(report.checks, asserted=assert_))
+    if not json_out:  # the last two lines: the verdict, then the report (what the main job ends
+        _print_differs(report)  # on); the differences it is read with just above it
+        print(_verdict_line(report, assert_))
         print(f"report: {folder / 'compare.md'}")
     if assert_ and failed:
         err(
@@ -155,6 +157,55 @@ def _compare(
             + "; ".join(f"{c.what} {c.value:.6g} > {c.tolerance:.6g}" for c in failed)
         )
         raise typer.Exit(EXIT_CHECK)
+
+
+def _no_parity(data: dict, run_a: Path, run_b: Path, option: str) -> str:
+    """Why ``option`` (--assert, --tolerance) does not apply to a pair without a parity verdict."""
+    if data["kind"] == "finetune":
+        after, before = (run_a, run_b) if data["finetune"]["after"] == "a" else (run_b, run_a)
+        return (
+            f"{after} is a fine-tune of {before} (its init_from): a before/after pair has no "
+            f"parity to assert, so {option} does not apply; drop it for the before/after report"
+        )
+    from zebractl.compare.verdict import listed
+
+    return (
+        f"{run_a} and {run_b} are runs of different models ({listed(data['model_differences'])}): "
+        f"a parity assertion compares runs of one model, so {option} does not apply; drop it "
+        "for the plain comparison"
+    )
+
+
+def _verdict_line(report: CompareReport, asserted: bool) -> str:
+    """The verdict line of each kind of report."""
+    if report.kind == "finetune":
+        return finetune_verdict(report)
+    if report.kind == "models_differ":
+        n = len(report.model_differences)
+        return (
+            f"no parity verdict: the runs are of different models ({n} model field(s) differ, "
+            "listed first); the curves are a plain comparison"
+        )
+    return verdict(report.checks, asserted=asserted)
+
+
+def _print_differs(report: CompareReport) -> None:
+    """The config differences a verdict is read with, on the line above it."""
+    from zebractl.compare.verdict import differs
+
+    line = differs(report)
+    if line is not None:
+        print(line)
+
+
+def _print_models(report: CompareReport) -> None:
+    """Runs of different models: the models and where they differ, before anything else."""
+    from zebractl.compare.verdict import listed
+
+    print(
+        f"models differ: A {report.a.model or report.a.label}, B {report.b.model or report.b.label}: "
+        + listed(report.model_differences)
+    )
 
 
 def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
@@ -170,9 +221,12 @@ def verdict(checks: list[CompareCheck], *, asserted: bool) -> str:
 
 
 def _print_parity(report: CompareReport) -> None:
-    """The loss table of a parity pair, the config changes at a resume and the summary line."""
+    """The loss table of a parity pair (after the models, when they differ), the config changes
+    at a resume and the summary line."""
     from zebractl.cli import _tables
 
+    if report.kind == "models_differ":
+        _print_models(report)
     cols = ("iteration", "A", "B", "Δ (A−B)", "Δ% (of B)", "LR A", "LR B")
     table = _tables.table(f"{report.a.label} vs {report.b.label}", [(c, "number") for c in cols])
     for x in report.loss:
@@ -199,7 +253,6 @@ def _print_parity(report: CompareReport) -> None:
         + (f"{t:.3f}" if t is not None else "n/a")
         + ("" if report.throughput.meaningful else " (CPU: not meaningful)")
         + (f"; eval mean |Δ| {report.eval_mean_abs_pp:.2f} pp" if report.eval else "")
-        + (f"; {len(report.differences)} config difference(s)" if report.differences else "")
     )
 
 

@@ -70,6 +70,7 @@ def _finetune_markdown(r: Any) -> str:
         "different schedules, so no loss-parity number (iteration-1 Δ, last-half Δ%) is computed "
         "and no check applies (`compare --assert` refuses this pair).",
         "",
+        *_differs(r),
         f"## Eval: after − before ({A} − {B})",
         "",
     ]
@@ -173,26 +174,73 @@ def _changed_warning(r: Any) -> list[str]:
 
 
 def verdict_word(r: Any) -> str:
-    """PASS, FAIL, or what a report without checks is."""
-    if not r.checks:
-        return "NOTHING TO CHECK"
-    return "PASS" if r.passed else "FAIL"
+    """PASS, FAIL, NOTHING TO CHECK, or NO VERDICT (runs of different models, a fine-tune pair)."""
+    return r.verdict.result or "NO VERDICT"
+
+
+def _differs(r: Any) -> list[str]:
+    """The config differences a verdict is read with, right under it."""
+    from zebractl.compare.verdict import SHOWN, listed, other_differences
+
+    rows = other_differences(r)
+    if not rows:
+        return []
+    more = " (every one, with where it came from: Config differences below)"
+    also = "also " if r.kind == "models_differ" else ""
+    return [
+        f"The runs {also}differ in (A ≠ B): {listed(rows)}"
+        + (more if len(rows) > SHOWN else "")
+        + ".",
+        "",
+    ]
+
+
+def _verdict_head(r: Any) -> list[str]:
+    """A parity report's first lines: the verdict, its bounds, the differences it is read with."""
+    word = verdict_word(r)
+    bounds = r.verdict.reason if r.checks else "no common iteration to check"
+    return [
+        f"# Parity {word}: {r.a.label} vs {r.b.label}",
+        "",
+        f"**{word}**: {bounds}",
+        "",
+        *_differs(r),
+    ]
+
+
+def _models_head(r: Any) -> list[str]:
+    """The first lines of runs of different models: no verdict, the models and their fields."""
+    out = [
+        f"# Models differ: {r.a.label} vs {r.b.label}",
+        "",
+        "**No parity verdict**: the runs are of different models, and a verdict compares runs of "
+        "one model; the curves and numbers below are a plain comparison, with no tolerance.",
+        "",
+        f"- A: {r.a.model or 'a model its record does not describe'}",
+        f"- B: {r.b.model or 'a model its record does not describe'}",
+        "",
+        "| model field | A | B |",
+        "|---|---|---|",
+    ]
+    out += [f"| {d.key} | `{_cell(d.a)}` | `{_cell(d.b)}` |" for d in r.model_differences]
+    return [*out, "", *_differs(r)]
+
+
+def _cell(value: Any) -> str:
+    from zebractl.config.models import show
+
+    return show(value).replace("|", "\\|")
 
 
 def markdown(r: Any) -> str:
-    """The report as Markdown (tables like the seed's): the verdict first."""
+    """The report as Markdown (tables like the seed's): the verdict first, or, for runs of
+    different models, that there is none and where the models differ."""
     if r.kind == "finetune":
         return _finetune_markdown(r)
     a, b = r.a.label, r.b.label
-    word = verdict_word(r)
-    bounds = "; ".join(
-        f"{c.what} {c.value:.3g} {'<=' if c.ok else '>'} {c.tolerance:.3g}" for c in r.checks
-    )
+    plain = r.kind == "models_differ"
     out = [
-        f"# Parity {word}: {a} vs {b}",
-        "",
-        f"**{word}**" + (f": {bounds}" if bounds else ": no common iteration to check"),
-        "",
+        *(_models_head(r) if plain else _verdict_head(r)),
         *_changed_warning(r),
         f"- A: `{r.a.run}` ({r.a.iterations} iterations, on {r.a.device or 'a device not recorded'})",
         f"- B: `{r.b.run}` ({r.b.iterations} iterations, on {r.b.device or 'a device not recorded'})",
@@ -200,7 +248,7 @@ def markdown(r: Any) -> str:
         f"- iteration-1 Δ loss: {_f(r.iteration1_delta, '+.6f')}; last-half mean |Δ%|: "
         f"{_f(r.last_half_mean_abs_pct, '.3f')}",
         "",
-        "## Loss",
+        "## Loss" + (" (a plain comparison: no tolerance applies)" if plain else ""),
         "",
         f"| iteration | {a} | {b} | Δ (A − B) | Δ% (of B) | LR A | LR B |",
         "|---:|---:|---:|---:|---:|---:|---:|",

@@ -12,7 +12,9 @@ with where each side's value came from, and so is every value that changed withi
 their data, tokenizer, sequence length or global batch are refused unless ``force`` (the comparison
 would not be apples to apples).
 
-:func:`checks` turns the tolerances into pass/fail rows (``compare --assert``: exit 3).
+:func:`checks` turns the tolerances into pass/fail rows (``compare --assert``: exit 3). Runs of
+different models (any model field: :mod:`zebractl.compare.verdict`) are compared as curves side by
+side with no check and no verdict (``kind: models_differ``).
 
 A fine-tune and the run it started from (:func:`relation`: one run's ``init_from`` is the other,
 read from its ``init.json`` or, for older runs, its resolved config) are a before/after pair, not a
@@ -155,10 +157,13 @@ def device(run: Run) -> str | None:
 
 
 def side(run: Run) -> dict[str, Any]:
-    """One side of the report: the run, its device and its starts."""
+    """One side of the report: the run, its model, its device and its starts."""
+    from zebractl.compare.verdict import described
+
     return {
         "run": str(run.root),
         "label": run.label,
+        "model": described(run),
         "reference": run.record.reference,
         "iterations": run.train[-1].iteration,
         "device": device(run),
@@ -442,10 +447,13 @@ def finetune(a: Run, b: Run, rel: dict[str, Any]) -> dict[str, Any]:
 def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any]:
     """The comparison of two runs as plain data (see :class:`~zebractl.schemas.reports.CompareReport`):
     a parity report, or the before/after report of a fine-tune pair (:func:`relation`)."""
+    from zebractl.compare.verdict import model_differences
+
     a, b = open_run(a_path), open_run(b_path)
     diffs = differences(a, b)
     rel = relation(a, b)
     changes = config_changes(a, "a") + config_changes(b, "b")
+    model_diffs = model_differences(a, b, diffs)
     if rel is not None:
         va = a.val[-1].val_loss if a.val else None
         vb = b.val[-1].val_loss if b.val else None
@@ -462,6 +470,7 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
             "eval": [],
             "eval_mean_abs_pp": None,
             "differences": diffs,
+            "model_differences": model_diffs,
             "config_changes": changes,
             "forced": False,
             "finetune": finetune(a, b, rel),
@@ -495,7 +504,7 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
     vb = b.val[-1].val_loss if b.val else None
     ev = _eval_rows(a, b)
     return {
-        "kind": "parity",
+        "kind": "models_differ" if model_diffs else "parity",
         "a": side(a),
         "b": side(b),
         "loss": rows,
@@ -508,6 +517,7 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
         "eval": ev,
         "eval_mean_abs_pp": _mean([abs(r["delta_pp"]) for r in ev]) if ev else None,
         "differences": diffs,
+        "model_differences": model_diffs,
         "config_changes": changes,
         "forced": bool(blocking),
         "finetune": None,
@@ -516,9 +526,9 @@ def compare(a_path: Path, b_path: Path, *, force: bool = False) -> dict[str, Any
 
 def checks(data: dict[str, Any], tolerances: dict[str, float]) -> list[dict[str, Any]]:
     """Pass/fail of each tolerance that has a value to check (``compare --assert``); none for a
-    fine-tune pair."""
+    fine-tune pair or runs of different models (no parity verdict applies to them)."""
     out: list[dict[str, Any]] = []
-    if data["kind"] == "finetune":
+    if data["kind"] != "parity":
         return out
     for key, value, what in (
         ("iteration1_abs", data["iteration1_delta"], "iteration-1 |Δ loss|"),
@@ -535,12 +545,16 @@ def checks(data: dict[str, Any], tolerances: dict[str, float]) -> list[dict[str,
 
 def report(data: dict[str, Any], tolerances: dict[str, float]) -> CompareReport:
     """The :class:`~zebractl.schemas.reports.CompareReport` of :func:`compare`'s ``data`` with its
-    :func:`checks` (``passed`` is None for a fine-tune pair); no files written yet."""
+    :func:`checks` and verdict (``passed`` is None where no verdict applies: a fine-tune pair,
+    runs of different models); no files written yet."""
+    from zebractl.compare.verdict import verdict
     from zebractl.schemas.reports import CompareReport
 
     found = checks(data, tolerances)
-    passed = None if data["kind"] == "finetune" else all(c["ok"] for c in found)
-    return CompareReport(**data, checks=found, passed=passed, files=[])
+    passed = all(c["ok"] for c in found) if data["kind"] == "parity" else None
+    return CompareReport(
+        **data, checks=found, passed=passed, verdict=verdict(data, found), files=[]
+    )
 
 
 def parse_tolerances(items: list[str]) -> dict[str, float]:

@@ -99,52 +99,108 @@ def model_differences(theirs: Any, ours: dict[str, Any], prefix: str = "") -> li
     return [] if theirs == ours else [f"{prefix[:-1]} is {theirs!r}, the model's is {ours!r}"]
 
 
-def check_fits(folder: Path, m: Any) -> None:
-    """Refuse (exit 2) a folder whose config is not this model's, naming every difference."""
-    from zebractl.hf import mapping
+FLA_FAMILIES = {"kda": "kda", "gated_deltanet": "gdn"}
+"""FLA's ``model_type`` of each of its classes zebractl reads, and the mixer it is made of."""
+
+
+def embedded_model(folder: Path, config: dict[str, Any]) -> Any:
+    """The model config our exports embed in ``config.json`` (a ``ModelConfig``); None in a folder
+    without one (FLA's own). A damaged one is exit 2 naming it."""
+    from zebractl.schemas.preset import ModelConfig
+
+    embedded = config.get(ZEBRACTL_KEY)
+    if embedded is None:
+        return None
+    try:
+        return ModelConfig.model_validate(embedded)
+    except Exception as exc:  # noqa: BLE001 - a damaged embedded config is the user's input
+        first = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"{folder}/config.json: {ZEBRACTL_KEY} is not a valid model ({first})"
+        ) from None
+
+
+def fla_blocks(config: dict[str, Any]) -> list[str]:
+    """The mixer of each layer of an FLA ``config.json``: its family's, ``attn`` where its hybrid
+    attention layers are (``attn.layers``)."""
+    family = FLA_FAMILIES.get(str(config.get("model_type")), str(config.get("model_type")))
+    n = config.get("num_hidden_layers")
+    attn = config.get("attn") if isinstance(config.get("attn"), dict) else {}
+    layers = set(attn.get("layers") or [])
+    return ["attn" if i in layers else family for i in range(n if isinstance(n, int) else 0)]
+
+
+def fla_described(config: dict[str, Any]) -> str:
+    """``an FLA KDA model (2 blocks: kda, kda; hidden 64)``."""
+    from zebractl.config.models import blocks_text
+
+    kind = str(config.get("model_type"))
+    blocks = fla_blocks(config)
+    cls = FLA_CLASSES.get(FLA_FAMILIES.get(kind, ""), (f"{kind!r}",))[0].removesuffix("Config")
+    return (
+        f"an FLA {cls} model ({len(blocks)} blocks: {blocks_text(blocks)}; hidden "
+        f"{config.get('hidden_size')})"
+    )
+
+
+def check_fits(folder: Path, m: Any, preset: str | None = None, where: str = "") -> list[str]:
+    """Refuse (exit 2) a folder whose model is not ``m`` (of ``preset``, when known; ``where``
+    says whose model that is: `` of the recipe``), naming both models and every difference.
+    Returns what the differences weights load across mean (the notes of
+    :func:`zebractl.config.models.loading_notes`)."""
+    from zebractl.config import models
 
     config = read_config(folder)
+    theirs = embedded_model(folder, config)
+    if theirs is not None:  # ours (either format): the model it was exported from
+        diffs = models.differences(theirs, m)
+        refused = models.blocking(diffs)
+        if refused:
+            raise ConfigError(
+                models.mismatch(
+                    str(folder), models.described(theirs), models.described(m, preset) + where,
+                    refused,
+                )
+            )  # fmt: skip
+        return models.loading_notes(str(folder), theirs, diffs)
     if folder_format(config) == "zebra":
-        embedded = config.get(ZEBRACTL_KEY)
-        problems = (
-            model_differences(embedded, m.model_dump(mode="json"))
-            if isinstance(embedded, dict)
-            else [f"config.json has no {ZEBRACTL_KEY}"]
-        )
-        if problems:
-            raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems[:8]))
-        return
+        raise ConfigError(f"{folder} does not fit the model: config.json has no {ZEBRACTL_KEY}")
+    _check_fla_fits(folder, config, m, models.described(m, preset) + where)
+    return []
+
+
+def _check_fla_fits(folder: Path, config: dict[str, Any], m: Any, wanted: str) -> None:
+    """FLA's own folder (no embedded model): its layers' mixer first, then config.json key by key
+    against the config FLA's class of ``m`` has."""
+    from zebractl.config import models
+    from zebractl.hf import mapping
+
+    held = fla_described(config)
+    layout = models.layout_differences(fla_blocks(config), list(m.blocks))
+    if layout:
+        raise ConfigError(models.mismatch(str(folder), held, wanted, layout))
     try:  # FLA's own checkpoints have the tokenizer's rows, ours keep the padding rows too
         expected = mapping.fla_config(m, config.get("vocab_size") == m.padded_vocab_size)
     except mapping.MappingError as exc:
         raise ConfigError(f"{folder}: {exc}") from None
-    want = {"kda": "kda", "gdn": "gated_deltanet"}[mapping.family(m)]
-    problems = (
-        []
-        if config.get("model_type") == want
-        else [f"model_type is {config.get('model_type')!r}, this model needs {want!r}"]
-    )
-    problems += config_problems(config, expected)
+    problems = config_problems(config, expected)
     if problems:
-        raise ConfigError(f"{folder} does not fit the model: " + "; ".join(problems))
+        raise ConfigError(
+            f"{folder} holds {held}, which does not fit the model {wanted}: " + "; ".join(problems)
+        )
 
 
 def hf_model_config(folder: Path, preset: str | None = None) -> Any:
     """The model of an HF folder: the config our exports embed, else ``preset`` (checked)."""
     from zebractl.config.resolve import resolve_preset
-    from zebractl.schemas.preset import ModelConfig
 
     config = read_config(folder)
     if preset is not None:
         m = resolve_preset(preset).config
-    elif isinstance(config.get(ZEBRACTL_KEY), dict):
-        try:
-            m = ModelConfig.model_validate(config[ZEBRACTL_KEY])
-        except Exception as exc:  # noqa: BLE001 - a damaged embedded config is the user's input
-            raise ConfigError(
-                f"{folder}/config.json: {ZEBRACTL_KEY} is not a valid model ({exc})"
-            ) from None
-    else:
+        check_fits(folder, m, preset, f" of --preset {preset}")
+        return m
+    m = embedded_model(folder, config)
+    if m is None:
         raise ConfigError(
             f"{folder} was not exported by zebractl: name its architecture with --preset NAME "
             "(checked against the folder's config.json)"

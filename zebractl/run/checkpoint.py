@@ -34,6 +34,7 @@ from zebractl.util import sha256_file
 
 MARKER = "zebractl.json"
 _META = "metadata.json"  # megatron's: backend and version of the sharded format
+_COMMON = "common.pt"  # megatron's: the state every rank shares (the trainer's resolved config)
 _NAME = re.compile(r"^iter_(\d{7})$")
 
 
@@ -87,6 +88,12 @@ def _candidates(root: Path, *, marked: bool = True) -> list[tuple[int, Path]]:
         if m and p.is_dir() and (not marked or (p / MARKER).exists()):
             found.append((int(m.group(1)), p))
     return sorted(found)
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is a checkpoint folder's (``iter_0000020``, or ``iter_0000020.tmp`` while
+    it is saved)."""
+    return bool(_NAME.match(name.removesuffix(".tmp")))
 
 
 def candidates(root: Path) -> list[tuple[int, Path]]:
@@ -360,6 +367,22 @@ def find(source: Path, skipped: list[str] | None = None) -> Checkpoint:
         f"{source}: no complete checkpoint here (expected a checkpoint folder with {MARKER}, "
         "a checkpoints folder, or a run directory)"
     )
+
+
+def recorded_config(folder: Path) -> dict[str, Any] | None:
+    """The resolved config (a :class:`~zebractl.run.records.ResolvedConfigRecord` as a dict) the
+    checkpoint in ``folder`` was saved with, from its common state; None when it holds none or
+    cannot be read (a damaged file is the loader's to name)."""
+    import torch
+
+    try:  # the common state holds the schedule's and generators' states: not weights only
+        common = torch.load(folder / _COMMON, map_location="cpu", weights_only=False)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - unreadable: the caller falls back on the run's record
+        return None
+    config = common.get("config") if isinstance(common, dict) else None
+    return config if isinstance(config, dict) else None
 
 
 def load_weights(source: Path, model: Any, skipped: list[str] | None = None) -> Checkpoint:

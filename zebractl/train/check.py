@@ -3,7 +3,8 @@
 The config (resolved and validated before this runs), the engine settings against this machine,
 the GPU count, the data (shards, tokenizer, held-out part, vocabulary), the memory plan against
 the GPU when there is one, and the free space where the checkpoints go against one checkpoint (the
-newest one's size, else the plan's). What this machine cannot check (a CUDA-only engine or kernel on a
+newest one's size, else the plan's), and the weights ``init_from`` names against the recipe's
+model (:mod:`zebractl.train.init_source`). What this machine cannot check (a CUDA-only engine or kernel on a
 machine without CUDA, the GPU count and memory without a GPU) is listed as ``not checked``, never
 as passed; only a ``failed`` row makes the check fail.
 """
@@ -167,6 +168,26 @@ def _disk(cfg: Any, checkpoints: Path) -> PreflightCheck:
     return _row("disk", "ok", detail)
 
 
+def _init(cfg: Any, run: Any, path: Path | None, given_by: str) -> list[PreflightCheck]:
+    """The weights ``init_from`` names against the recipe's model (no row without one); a source
+    not there yet (a base run still to train) is not checked."""
+    from zebractl.config.models import described
+    from zebractl.train.init_source import check_init, label
+
+    if path is None:
+        return []
+    if not path.exists():
+        return [_row("init", "not checked", f"{label(path, given_by)}: not there yet")]
+    try:
+        src = check_init(cfg, run, path, given_by)
+    except ConfigError as exc:
+        return [_row("init", "failed", str(exc))]
+    if src is None:
+        return [_row("init", "ok", f"{run.root} resumes the run it started from {path}")]
+    what = f"holds {described(src.model, src.preset)}" if src.model is not None else "fits"
+    return [_row("init", "ok", "; ".join([f"{path} {what}, the recipe's model", *src.notes]))]
+
+
 def preflight(cfg: Any, checkpoints: Path) -> list[PreflightCheck]:
     """Every check of a resolved recipe whose checkpoints go to ``checkpoints`` (see the module
     docstring)."""
@@ -189,7 +210,13 @@ def check(req: TrainRequest) -> TrainCheckReport:
     from zebractl.train.launch import resolve_request
 
     resolved = resolve_request(req, world=None)
-    checks = preflight(resolved.resolved.run, resolved.run.checkpoints)
+    cfg = resolved.resolved.run
+    checks = preflight(cfg, resolved.run.checkpoints)
+    if req.init_from is not None:
+        checks += _init(cfg, resolved.run, req.init_from, "--init-from")
+    elif cfg.init_from:
+        given_by = resolved.resolved.provenance.get("init_from", "default")
+        checks += _init(cfg, resolved.run, Path(cfg.init_from), given_by)
     return TrainCheckReport(
         recipe=req.recipe, ok=all(c.status != "failed" for c in checks), checks=checks
     )

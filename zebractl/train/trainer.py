@@ -86,6 +86,7 @@ class Trainer:
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.iteration = self.consumed = self.skipped = 0
         self.resumed_from: int | None = None
+        self.init_source: Any = None  # what init_from names (zebractl.train.init_source)
         self.flag = StopFlag()
         self.bar = bar if bar is not None else NoBar()
         self._bar_info = "loss n/a"  # the bar's last logged loss and tokens/s
@@ -115,6 +116,10 @@ class Trainer:
         rank0 = say if self.rank == 0 else _silent
         self.ckpts = Checkpointer(cfg, self.run, self.rank, self.world, rank0, say)
         self.accum = setup.check_request(cfg, self.record, self.init_from, self.world)
+        if self.init_from is not None:  # before anything is written or loaded
+            from zebractl.train.init_source import check_init
+
+            self.init_source = check_init(cfg, self.run, self.init_from, self.init_given_by)
         self.iters = derive(cfg).iterations
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
@@ -226,6 +231,8 @@ class Trainer:
             loaded = init_weights(self.model, self.engine, self.init_from, cfg.model, self.console)
             where = loaded.folder if loaded is not None else self.init_from
             self.console(f"initialised weights from {where} (fresh optimizer and schedule)")
+            for note in self.init_source.notes if self.init_source is not None else []:
+                self.console(note)
             if self.rank == 0:  # what compare's before/after report pairs the run with
                 self._write_init(loaded)
         elif self.rank == 0 and self.run.init_path.is_file():  # a fresh start: not from those

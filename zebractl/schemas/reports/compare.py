@@ -27,7 +27,7 @@ class CompareStart(StrictModel):
     created: str
     """When the session started (UTC, ISO 8601)."""
     changed: list[str]
-    """Resolved keys changed since the previous session (output paths included)."""
+    """Resolved keys changed since the previous training session (output paths included)."""
 
 
 class CompareConfigChange(StrictModel):
@@ -39,11 +39,11 @@ class CompareConfigChange(StrictModel):
     """The iteration of the session that changed it: the steps from here on trained with ``after``
     (null: unknown)."""
     run_id: str | None
-    """That session."""
+    """That training session."""
     key: str
     """Dotted key."""
     before: JsonValue
-    """The value of the previous session."""
+    """The value of the previous training session."""
     after: JsonValue
     """The value from ``iteration`` on."""
     before_source: str
@@ -59,6 +59,9 @@ class CompareSide(StrictModel):
     """Its run directory."""
     label: str
     """Its name in tables and plots (the folder; the reference stack in parentheses)."""
+    model: str | None
+    """Its model: the preset (``with changes`` when its recipe changed it) and the layout in a few
+    words, ``tiny_kda (2 blocks: kda, kda; hidden 64)`` (null: its record holds no valid model)."""
     reference: str | None
     """fla for a `train --reference fla` run, else null (zebractl's model)."""
     iterations: int
@@ -187,6 +190,35 @@ class CompareDifference(StrictModel):
     """Data, tokenizer, sequence length, split or global batch: refused unless --force."""
 
 
+class CompareModelDifference(StrictModel):
+    """A field where the runs' models differ (the models as built: the mixer of each block, the
+    resolved head sizes; a mixer's settings only where both models have blocks of it)."""
+
+    key: str
+    """A model key (``hidden_size``, ``kda.num_v_heads``; ``embedding rows``: the padded
+    vocabulary), ``blocks`` (the block count and mixers) or ``block N mixer`` / ``blocks N-M
+    mixer``."""
+    a: JsonValue
+    """Run A's value (null: unset)."""
+    b: JsonValue
+    """Run B's value."""
+    kind: Literal["layout", "weights", "vocabulary", "positions", "training"]
+    """layout and weights: the weights do not fit or compute another function; vocabulary: the
+    token count in the same padded rows; positions: computed, not learned; training:
+    initialisation and dropout."""
+
+
+class CompareVerdict(StrictModel):
+    """What the comparison concludes, or why it concludes nothing."""
+
+    result: Literal["PASS", "FAIL", "NOTHING TO CHECK"] | None
+    """PASS: every check within its tolerance; FAIL: one outside; NOTHING TO CHECK: no check had a
+    value; null: no parity verdict applies (``reason`` says why: runs of different models, a
+    fine-tune and its initial run)."""
+    reason: str
+    """The bounds checked (``value <= tolerance`` each), or why there is no verdict."""
+
+
 class CompareCheck(StrictModel):
     """One tolerance of --assert."""
 
@@ -279,10 +311,12 @@ class CompareReport(Report):
 
     command: ClassVar[str] = "compare"
 
-    kind: Literal["parity", "finetune"]
-    """parity: two runs of the same data and batch (loss, throughput, eval deltas, checks);
-    finetune: one run's init_from is the other (:attr:`finetune`): the loss-parity fields are empty
-    or null and no check applies."""
+    kind: Literal["parity", "finetune", "models_differ"]
+    """parity: two runs of one model on the same data and batch (loss, throughput, eval deltas,
+    checks); finetune: one run's init_from is the other (:attr:`finetune`): the loss-parity fields
+    are empty or null and no check applies; models_differ: runs of different models
+    (:attr:`model_differences`): the same curves and numbers as a plain comparison, no check and
+    no verdict."""
     a: CompareSide
     """Run A (every delta is A - B: a positive loss delta is A above B)."""
     b: CompareSide
@@ -308,6 +342,8 @@ class CompareReport(Report):
     """Mean |Δ| of the eval rows in points."""
     differences: list[CompareDifference]
     """Every difference between the runs' newest resolved configs (output paths excluded)."""
+    model_differences: list[CompareModelDifference]
+    """Where the runs' models differ, the layout first (empty: one model)."""
     config_changes: list[CompareConfigChange]
     """Every resolved value that changed within a run, at a resume (``config.history.jsonl``;
     output paths excluded): the run did not train under one config throughout."""
@@ -317,8 +353,12 @@ class CompareReport(Report):
     finetune: CompareFinetune | None
     """The before/after report (kind finetune), else null."""
     checks: list[CompareCheck]
-    """The tolerances (with --assert they decide the exit code); empty for a fine-tune pair."""
+    """The tolerances (with --assert they decide the exit code); empty for a fine-tune pair and
+    for runs of different models."""
     passed: bool | None
-    """Every check ok; null for a fine-tune pair (parity does not apply)."""
+    """Every check ok; null where no parity verdict applies (a fine-tune pair, runs of different
+    models)."""
+    verdict: CompareVerdict
+    """The verdict, or why there is none."""
     files: list[str]
     """The report files written (Markdown, JSON, PNG plots)."""
