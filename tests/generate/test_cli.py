@@ -184,3 +184,22 @@ def test_an_fla_export_generates_what_the_run_does(cli, trained, tmp_path):
     theirs = json.loads(res.stdout)
     assert theirs["model_class"] == "KDAForCausalLM" and theirs["source_kind"] == "hf"
     assert theirs["text"] == ours["text"] and theirs["new_tokens"] == ours["new_tokens"]
+
+
+def test_an_export_carries_the_data_template_and_chats_like_the_run(cli, chat_run, tmp_path):
+    """`convert` writes the chat data's template as chat_template.jinja; chat on the export (fp32
+    weights) renders with it and gives the run's replies."""
+    from zebractl.data.chat import CHATML_JINJA
+
+    hf = tmp_path / "hf"
+    assert cli("convert", str(chat_run), str(hf), "--dtype", "fp32").exit_code == 0
+    assert (hf / "chat_template.jinja").read_text(encoding="utf-8") == CHATML_JINJA
+    talk = "hello\nwhat is 2+2?\n"
+    run = json.loads(
+        _zebractl("chat", str(chat_run), "--max-new-tokens", "6", "--json", stdin=talk).stdout
+    )
+    res = _zebractl("chat", str(hf), "--max-new-tokens", "6", "--json", stdin=talk)
+    assert res.returncode == 0, res.stderr
+    export = json.loads(res.stdout)
+    assert export["template"] == "tokenizer"
+    assert [t["reply"] for t in export["turns"]] == [t["reply"] for t in run["turns"]]

@@ -261,6 +261,21 @@ def dataset_dir(cfg: RunConfig) -> Path | None:
     return p if (p / "manifest.json").is_file() else None
 
 
+def data_chat_template(cfg: RunConfig) -> dict | None:
+    """The chat template the run's data was prepared with (its manifest's ``chat.template``:
+    name, source, sha256, text), or None for data that is no chat data."""
+    folder = dataset_dir(cfg)
+    if folder is None:
+        return None
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    chat = manifest.get("chat") if isinstance(manifest, dict) else None
+    template = chat.get("template") if isinstance(chat, dict) else None
+    return template if isinstance(template, dict) and template.get("text") else None
+
+
 def _token_ids(tok_dir: Path) -> dict[str, int]:
     """bos/eos ids of the dataset's tokenizer (those its config names)."""
     out: dict[str, int] = {}
@@ -467,6 +482,9 @@ def export_hf(
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
         tokenizer = str(tok_dir)
+    template = data_chat_template(src.cfg)
+    if template is not None:  # what the model was fine-tuned on, over the tokenizer's own
+        (tmp / "chat_template.jinja").write_text(template["text"], encoding="utf-8")
     res = ConvertReport(
         output=str(output),
         format=fmt,

@@ -7,7 +7,6 @@ model's positions is a usage error (exit 2); generation stops at the last positi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,17 +109,9 @@ def data_template(loaded: Any) -> dict | None:
     """The chat template the run's data was prepared with (its manifest's ``chat.template``)."""
     if loaded.cfg is None:
         return None
-    from zebractl.convert.hf import dataset_dir
+    from zebractl.convert.hf import data_chat_template
 
-    folder = dataset_dir(loaded.cfg)
-    if folder is None:
-        return None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    chat = manifest.get("chat") if isinstance(manifest, dict) else None
-    return chat.get("template") if isinstance(chat, dict) else None
+    return data_chat_template(loaded.cfg)
 
 
 def open_chat(
