@@ -274,7 +274,10 @@ class KernelsConfig(StrictModel):
     chunk_simple_gla, fp32 backward states; every operand and gradient passes through a cast);
     mixed = the operands in the compute dtype, FLA's forward as it is and its backward with the
     states' gradients in fp32 and one bf16 copy of them for the q/k gradients (zebractl.model.ops.mixed_ssd,
-    GPU-tested against fp64). Other mixers, the torch backend and fp32 runs: no effect."""
+    GPU-tested against fp64). Other mixers, the torch backend and fp32 runs: no effect. With
+    compile: glue, zebra_mamba_300M_hybrid's step ran 1.36x faster on an H100 at micro-batch 16
+    (benchmarks/README.md, 2026-12-06, d67324c); opt-in until a hybrid loss curve with both has
+    been compared with one without."""
     compile: Literal["none", "glue"] = "none"
     """glue: torch.compile (Inductor, fixed shapes, whole graph) of the pure-PyTorch code between the
     kernels, each region fused into a few generated kernels: in the Mamba2 mixer, the decay and
