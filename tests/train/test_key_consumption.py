@@ -200,6 +200,11 @@ def _fake_fla(monkeypatch) -> None:
         "fla.modules.activations.ops.swiglu": T.swiglu,
         "fla.modules.fused_cross_entropy.ops.cross_entropy_fwd": ce_fwd,
         "fla.modules.fused_cross_entropy.ops.cross_entropy_bwd": ce_bwd,
+        # zebractl's own Triton kernels (the defaults rmsnorm_backward tiled, swiglu_kernel packed)
+        "zebractl.model.ops.rmsnorm.rms_norm": (
+            lambda x, w, eps, residual=None, prenorm=False: rms(x, w, None, residual, eps, prenorm)
+        ),
+        "zebractl.model.ops.glu.packed_swiglu": lambda h: T.swiglu(*h.chunk(2, dim=-1)),
     }
     for target, fn in stand_ins.items():
         monkeypatch.setattr(target, fn)
@@ -241,6 +246,8 @@ def not_applicable(cfg) -> set[str]:
         out.add("kernels.gdn_gate_in_kernel")
     if not blocks & {"kda", "gdn"}:
         out |= {"kernels.qk_l2norm_in_kernel", "kernels.fused_gated_norm"}
+    if "mamba2" not in blocks:  # the Mamba2 scan's precision and the Mamba2 mixer's glue
+        out |= {"kernels.ssd_precision", "kernels.compile"}
     return out
 
 
