@@ -85,8 +85,6 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     held_ids: list[int] = field(default_factory=list)
     """The tokens the decoder's cache has run, in order."""
-    held_ids_at_prompt: list[int] = field(default_factory=list)
-    """The conversation's tokens through the current turn's generation prompt."""
     mark: tuple[int, Any] | None = None
     """(tokens, decoder snapshot) right after the last turn's prompt ran."""
 
@@ -110,6 +108,7 @@ class ChatSession:
         self.dec, self.tok, self.template = decoder, tokenizer, template
         self.sampling, self.max_new_tokens = sampling, max_new_tokens
         self.eot = end_of_turn(template)
+        self.eot_ids = self._eot_ids()
         self.conv = Conversation(system)
         self.dec.reset(0)
 
@@ -123,7 +122,7 @@ class ChatSession:
 
     def turn(self, user: str, on_text: Callable[[str], None] | None = None) -> Turn:
         """Add the user's message, feed what the cache lacks, and generate the reply."""
-        from zebractl.generate.engine import generate
+        from zebractl.generate.engine import eos_ids, generate
 
         msgs = [*self.conv.start(), *self.conv.messages, Message("user", user)]
         rendered = self.template.render(msgs, True, "chat template")
@@ -131,7 +130,7 @@ class ChatSession:
         new_ids, how = self._sync(ids)
         if not new_ids:
             raise ConfigError("chat: the template rendered nothing new for this message")
-        stop_ids = self._eot_ids()
+        stop_ids = self.eot_ids
         out = generate(
             self.dec,
             self.tok,
@@ -139,10 +138,10 @@ class ChatSession:
             max_new_tokens=self.max_new_tokens,
             sampling=self.sampling,
             stop=[self.eot] if self.eot and not stop_ids else None,
-            stop_ids=stop_ids | _eos(self.tok),
+            stop_ids=stop_ids | eos_ids(self.tok),
             on_text=on_text,
             fresh=False,
-            on_prefill=self._mark,
+            on_prefill=lambda: self._mark(len(ids)),
         )
         self.conv.messages += [Message("user", user), Message("assistant", out.text)]
         if out.stop_reason == "interrupted":  # what ran is unknown: the next turn starts over
@@ -152,9 +151,9 @@ class ChatSession:
             self.conv.held_ids = ids + (out.ids if out.stop_reason == "eos" else out.ids[:-1])
         return Turn(out.text, len(new_ids), len(out.ids), out.stop_reason, how)
 
-    def _mark(self) -> None:
+    def _mark(self, prompt_tokens: int) -> None:
         """After a turn's prompt has run: the point a non-canonical reply is rolled back to."""
-        self.conv.mark = (len(self.conv.held_ids_at_prompt), self.dec.snapshot())
+        self.conv.mark = (prompt_tokens, self.dec.snapshot())
 
     def _sync(self, ids: list[int]) -> tuple[list[int], str]:
         """The tokens to feed so that the cache holds exactly ``ids`` (the whole conversation as
@@ -171,7 +170,6 @@ class ChatSession:
             else:
                 self.dec.reset(0)
                 held, how = [], "refed"
-        self.conv.held_ids_at_prompt = ids
         return ids[len(held) :], how
 
     def _eot_ids(self) -> set[int]:
@@ -180,8 +178,3 @@ class ChatSession:
             return set()
         ids = self._encode(self.eot)
         return {ids[0]} if len(ids) == 1 else set()
-
-
-def _eos(tok: Any) -> set[int]:
-    eos = getattr(tok, "eos_token_id", None)
-    return {int(eos)} if isinstance(eos, int) else set()

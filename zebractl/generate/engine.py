@@ -157,7 +157,7 @@ def generate(
     (``stop_reason`` interrupted) after the callback saw all of it. ``on_prefill`` is called once
     the prompt has run, before the first token is chosen."""
     gen = torch.Generator().manual_seed(sampling.seed)
-    ends = stop_ids if stop_ids is not None else _eos_ids(tokenizer)
+    ends = stop_ids if stop_ids is not None else eos_ids(tokenizer)
     out = Generated(prompt_tokens=len(prompt_ids))
     if fresh:
         dec.reset(len(prompt_ids) + max_new_tokens)
@@ -202,7 +202,8 @@ def generate(
     return out
 
 
-def _eos_ids(tokenizer: Any) -> set[int]:
+def eos_ids(tokenizer: Any) -> set[int]:
+    """The tokenizer's end-of-sequence token ids (none where it has none)."""
     eos = getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         return set()
