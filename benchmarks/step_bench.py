@@ -365,7 +365,12 @@ def bench(
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="kda_300M")
+    ap.add_argument(
+        "--preset",
+        nargs="+",
+        default=["kda_300M"],
+        help="one or more presets, timed one after the other in this process (the same --runs)",
+    )
     ap.add_argument(
         "--runs",
         nargs="+",
@@ -405,7 +410,8 @@ def main() -> None:
     if a.smoke:
         bench("tiny_kda", [("ours", 2)], 64, 1, 2, True, ["kernels.backend=torch"])
     else:
-        bench(a.preset, runs, a.seq, a.warmup, a.steps, a.repeat_ours, a.extra)
+        for preset in a.preset:
+            bench(preset, runs, a.seq, a.warmup, a.steps, a.repeat_ours, a.extra)
 
 
 if __name__ == "__main__":

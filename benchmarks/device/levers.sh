@@ -6,19 +6,25 @@
 #
 # On the GPU, in this order (each step under its own time limit; everything lands in $OUT as it
 # finishes, so a step cut short loses only itself):
-#   1. pytest -m gpu on the levers' kernels (tests/model/test_swiglu.py, test_rmsnorm.py,
-#      test_ssd.py);
-#   2. benchmarks/step_bench.py, kda_300M: ours (defaults), both kernel levers (ours_fast), both with
-#      the CUDA graph, FLA's class with our loss (fla_tuned), ours again (the spread);
-#   3. zebra_mamba_300M_hybrid at micro 16: defaults, Mamba2's scan on bf16 operands, the compiled
-#      glue, everything (ours_mamba_fast); kda_300M's ours_fast at 16 (the pure model's step);
-#   4. gdn_300M (ours, ours_fast, fla_tuned);
-#   5. benchmarks/profile_step.py of kda_300M (ours_fast) and the hybrid (ours_mamba_fast).
+#   cold     the cold start and the default checkpoint stall: `zebractl train kda_300M` as shipped
+#            on the fresh machine's empty kernel cache (seeded with the shipped tuned configurations
+#            only), 13 iterations, a save every 4 (checkpoint.async_save auto); every output line
+#            time-stamped from the launch (cold.log); run it first on a fresh machine;
+#   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the CUDA graph (ours_graph), 4
+#            LM-head chunks (ours_chunks4), ours again (the spread);
+#   bench_hybrid  one process, micro 16: zebra_mamba_300M_hybrid, kda_300M and zebra_gdn_300M_hybrid,
+#            each with the defaults and with both Mamba2 levers (ours_mamba_fast; refused on the
+#            models without Mamba2, which is recorded);
+#   curves   zebra_mamba_300M_hybrid trained LEVERS_CURVE_ITERS (200) iterations at micro 16 with
+#            the defaults and with both Mamba2 levers from the same seed, then `zebractl compare`
+#            (curves.compare.json, both metrics.jsonl);
+#   profile  benchmarks/profile_step.py of kda_300M (defaults) and the hybrid (ours_mamba_fast).
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
-# LEVERS_QUICK=1: only 1 and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and FLA
-# tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to run,
-# by name or the part before its first underscore (e.g. "tests bench_hybrid bench_kda16"; default all).
-# Files in $OUT: levers.log (everything), bench_*.json, profile_*.md, tests.log.
+# LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
+# FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
+# run, by name or the part before its first underscore (e.g. "cold bench"; default all). A second
+# call on the same (warm) machine reuses the unpacked packages and data.
+# Files in $OUT: levers.log (everything), cold.log, bench_*.json, curves.*, profile_*.md, tests.log.
 set -uo pipefail
 export LC_ALL=C PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -40,7 +46,12 @@ run() {  # run LIMIT NAME CMD...: the command under timeout, its output appended
 
 D=/tmp/zdeps
 mkdir -p "$D"
-xz -T0 -dc .whl/site-cp312.tar.xz | tar -C "$D" -xf - || { say "unpack failed"; exit 1; }
+if [ ! -f "$D/.unpacked" ]; then  # a warm machine keeps them from the previous call
+  xz -T0 -dc .whl/site-cp312.tar.xz | tar -C "$D" -xf - || { say "unpack failed"; exit 1; }
+  if [ -f .whl/gpu-data.tar.xz ]; then xz -T0 -dc .whl/gpu-data.tar.xz | tar -C "$D" -xf -; fi
+  python3 -m compileall -q -j 0 "$D/site312" > /dev/null 2>&1  # what pip install does; not timed
+  touch "$D/.unpacked"
+fi
 export PYTHONPATH=$D/site312:$PWD ZEBRACTL_CACHE_DIR=/tmp/zcache
 PY=python3
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
@@ -48,25 +59,50 @@ MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 M=32; [ "${MEM:-0}" -gt 100000 ] && M=64
 say "setup done; micro $M for the 300M models; commit ${LEVERS_COMMIT:-unknown}"
 
-run 150 tests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA -s \
-  tests/model/test_swiglu.py tests/model/test_rmsnorm.py tests/model/test_ssd.py
-cp "$LOG" "$OUT/tests.log"
-
 if [ "${LEVERS_QUICK:-0}" = 1 ]; then  # the defaults against FLA's kernels and FLA tuned only
+  run 150 tests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA -s \
+    tests/model/test_swiglu.py tests/model/test_rmsnorm.py tests/model/test_ssd.py
+  cp "$LOG" "$OUT/tests.log"
   run 230 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
     --runs ours:$M ours_fla_kernels:$M fla_tuned:$M --json-out "$OUT/bench_kda.json"
 else
+CURVE_ITERS=${LEVERS_CURVE_ITERS:-200}
+DATA=$D/gpu_data
+TRAIN=(--set "data.paths=[{path: $DATA}]" --set data.tokenizer=null --set parallelism.num_gpus=1
+       --set validation=null --set logging.tensorboard=false --set logging.interval=1)
+stamp() {  # each line of stdin prefixed with the seconds since $1 (epoch ms)
+  local t0=$1 line; while IFS= read -r line; do
+    printf '%7.1f %s\n' "$(( $(date +%s%3N) - t0 ))e-3" "$line"; done
+}
+cold() {  # cold only as the first step on a fresh machine: the kernel cache must not exist yet
+  local t0; t0=$(date +%s%3N)
+  [ -e "$ZEBRACTL_CACHE_DIR" ] && echo "NOT COLD: $ZEBRACTL_CACHE_DIR exists" | tee "$OUT/cold.log"
+  "$PY" -m zebractl train kda_300M "${TRAIN[@]}" \
+    --set batch.micro=$M --set batch.global=$M --set schedule.iterations=13 \
+    --set schedule.warmup_iterations=1 --set checkpoint.interval=4 --set checkpoint.keep_last=1 \
+    --output /tmp/zruns/cold 2>&1 | stamp "$t0" | tee -a "$OUT/cold.log"
+}
+curves() {
+  local v sets
+  for v in defaults mamba_fast; do
+    sets=(); [ $v = mamba_fast ] && sets=(--set kernels.ssd_precision=mixed --set kernels.compile=glue)
+    "$PY" -m zebractl train zebra_mamba_300M_hybrid "${TRAIN[@]}" --set batch.micro=16 \
+      --set batch.global=16 --set schedule.iterations="$CURVE_ITERS" --set schedule.warmup_iterations=20 \
+      --set checkpoint.enabled=false "${sets[@]}" --output "/tmp/zruns/curve_$v" || return $?
+    cp "/tmp/zruns/curve_$v/metrics.jsonl" "$OUT/curves.$v.metrics.jsonl"
+  done
+  "$PY" -m zebractl compare /tmp/zruns/curve_mamba_fast /tmp/zruns/curve_defaults --json \
+    > "$OUT/curves.compare.json"
+}
+run 200 cold cold
 run 170 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
-  --runs ours:$M ours_fast:$M ours_fast_graph:$M fla_tuned:$M --json-out "$OUT/bench_kda.json"
-run 170 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid \
-  --runs ours:16 ours_ssd_mixed:16 ours_glue:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
-run 50 bench_kda16 "$PY" benchmarks/step_bench.py --preset kda_300M --runs ours_fast:16 \
-  --json-out "$OUT/bench_kda16.json"
-run 90 bench_gdn "$PY" benchmarks/step_bench.py --preset gdn_300M \
-  --runs ours:$M ours_fast:$M fla_tuned:$M --json-out "$OUT/bench_gdn.json"
-for spec in "kda_300M:$M:ours_fast" "zebra_mamba_300M_hybrid:16:ours_mamba_fast"; do
+  --runs ours:$M ours_graph:$M ours_chunks4:$M --json-out "$OUT/bench_kda.json"
+run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid kda_300M \
+  zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
+run 300 curves curves
+for spec in "kda_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours_mamba_fast"; do
   IFS=: read -r preset micro impl <<< "$spec"
-  run 45 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
+  run 60 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
     --micro "$micro" --impl "$impl" --out "/tmp/prof_${preset}"
   cp "/tmp/prof_${preset}/profile.md" "$OUT/profile_${preset}_${impl}_micro$micro.md" 2>/dev/null
 done
