@@ -63,6 +63,9 @@
 #   CHECK_DATA=DIR        local mode: a prepared dataset (default gpu_data/ or data/demo/)
 #   CHECK_CACHE_DIR=DIR   reuse this ZEBRACTL_CACHE_DIR instead of a fresh one (not wiped)
 #   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
+#   CHECK_PERF_EXTRA=1    the perf phase also times zebra_mamba_300M_hybrid, kda_300M and
+#                         zebra_gdn_300M_hybrid at micro 16 in one process (bench_micro16) and the
+#                         default checkpoint save's training pause (stall_kda_300M); 0: not
 #   CHECK_PERF_RECIPES="kda_300M gdn_300M"   the perf phase's recipes (one of them: a shorter job; the
 #                         record then says the other was not measured)
 #   CHECK_PERF_MICRO=64 (32 on a GPU under 100 GB)   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
@@ -227,6 +230,19 @@ phase_perf() {
       --runs "${runs[@]}" --json-out "$JOB/bench_$recipe.json"
     rc=$?; [ $rc = 0 ] || fails+=("$(why "bench_$recipe" $rc)")
   done
+  if [ "${CHECK_PERF_EXTRA:-1}" = 1 ]; then
+    # the hybrids against the pure KDA model at micro 16, one process, defaults (issue 41)
+    gpu_step perf bench_micro16 300 TERM "$PY" benchmarks/step_bench.py --preset \
+      zebra_mamba_300M_hybrid kda_300M zebra_gdn_300M_hybrid --runs ours:16 \
+      --json-out "$JOB/bench_micro16.json"
+    rc=$?; [ $rc = 0 ] || fails+=("$(why bench_micro16 $rc)")
+    # the default checkpoint save's training pause: a save every 3 of 9 iterations
+    gpu_step perf stall_kda_300M 120 TERM "$PY" -m zebractl train kda_300M "${TRAIN[@]}" \
+      --set batch.micro="$micro" --set batch.global="$micro" --set schedule.iterations=9 \
+      --set schedule.warmup_iterations=1 --set checkpoint.interval=3 \
+      --output "$JOB/runs/stall_kda_300M" --json
+    rc=$?; [ $rc = 0 ] || fails+=("$(why stall_kda_300M $rc)")
+  fi
   verdict perf "$t0"
 }
 

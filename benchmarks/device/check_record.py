@@ -239,7 +239,49 @@ def perf(job: Path, variants: list[str]) -> dict[str, Any]:
             "fla_tokens_per_s": fla.get(CLAIM_VARIANT, {}).get("tokens_per_s"),
             "ratio_vs_" + CLAIM_VARIANT: ratio.get(CLAIM_VARIANT),
         }
+    out["micro16"] = _safe(micro16, job)
+    out["save_stall"] = _safe(save_stall, job)
     return out
+
+
+def micro16(job: Path) -> dict[str, Any]:
+    """bench_micro16.json: each preset's step at micro 16 (defaults), and the hybrids' MFU as a
+    fraction of kda_300M's (issue 41 asks >= 0.9)."""
+    rows = read_json(job / "bench_micro16.json")
+    steps = (
+        [r for r in rows if isinstance(r, dict) and r.get("check") == "step"]
+        if isinstance(rows, list)
+        else []
+    )
+    if not steps:
+        return {"missing": "no bench_micro16.json rows"}
+    out: dict[str, Any] = {
+        r["preset"]: {
+            k: r.get(k) for k in ("tokens_per_s", "mfu_plan", "peak_gib", "first_step_s", "error")
+        }
+        for r in steps
+    }
+    base = (out.get("kda_300M") or {}).get("mfu_plan")
+    out["mfu_vs_kda_300M"] = {
+        p: round(v["mfu_plan"] / base, 3)
+        for p, v in out.items()
+        if p != "kda_300M" and isinstance(v, dict) and v.get("mfu_plan") and base
+    }
+    return out
+
+
+STALL = re.compile(r"training paused (\d+(?:\.\d+)?) s|saved \S+ in (\d+(?:\.\d+)?) s")
+
+
+def save_stall(job: Path) -> dict[str, Any]:
+    """The training pause of each checkpoint save of stall_kda_300M (the default save mode)."""
+    log = job / "logs" / "stall_kda_300M.log"
+    if not log.is_file():
+        return {"missing": "no stall_kda_300M log"}
+    text = log.read_text(errors="replace")
+    paused = [float(a or b) for a, b in STALL.findall(text)]
+    mode = "async" if "training paused" in text else "blocking"
+    return {"mode": mode, "pause_s": paused, "max_s": max(paused) if paused else None}
 
 
 def parity(job: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
 from zebractl.config.resolve import resolve_preset  # noqa: E402
+from zebractl.model import ops  # noqa: E402
 from zebractl.model.mixers import mamba2  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
 from zebractl.model.ops import torch_ops as T  # noqa: E402
@@ -84,6 +85,23 @@ def test_generation_with_a_cache_runs_eagerly():
     from zebractl.model.mixers.common import Cache
 
     mixer(x, cache=Cache())
+    assert mamba2._compiled.cache_info().currsize == before
+
+
+def test_compile_auto_is_glue_on_fla_kernels_only_and_eval_runs_eagerly():
+    """``kernels.compile: auto`` (the default) compiles the glue where FLA's kernels run (CUDA),
+    not on the CPU's pure-PyTorch path; evaluation (``model.eval()``) runs eagerly in every mode."""
+    assert KernelsConfig().compile == "auto" and KernelsConfig().ssd_precision == "mixed"
+    assert mamba2._glue(ops.KernelOptions("fla", KernelsConfig()))
+    assert not mamba2._glue(ops.KernelOptions("torch", KernelsConfig()))
+    assert not mamba2._glue(ops.KernelOptions("fla", KernelsConfig(compile="none")))
+    assert mamba2._glue(ops.KernelOptions("torch", KernelsConfig(compile="glue")))
+    m = resolve_preset("tiny_mamba").config
+    model = build_model(m, kernels=KernelsConfig(backend="torch", compile="glue")).eval()
+    mixer = next(x for x in model.modules() if isinstance(x, mamba2.Mamba2Mixer))
+    before = mamba2._compiled.cache_info().currsize
+    with torch.no_grad():
+        mixer(torch.randn(1, 5, m.hidden_size))
     assert mamba2._compiled.cache_info().currsize == before
 
 

@@ -269,21 +269,22 @@ class KernelsConfig(StrictModel):
     """Opt-in FP8 GEMMs for the SwiGLU MLPs (torchao float8 training, dynamic scaling, the MLP
     compiled with torch.compile): tensorwise = one scale per tensor (fastest), rowwise = one per row
     (more accurate). Megatron engine, bf16, CUDA compute capability 8.9+ (Ada/Hopper) only."""
-    ssd_precision: Literal["fp32", "mixed"] = "fp32"
-    """Mamba2's SSD scan on FLA's chunked simple-GLA kernels: fp32 = its operands cast to fp32 (FLA's
-    chunk_simple_gla, fp32 backward states; every operand and gradient passes through a cast);
-    mixed = the operands in the compute dtype, FLA's forward as it is and its backward with the
-    states' gradients in fp32 and one bf16 copy of them for the q/k gradients (zebractl.model.ops.mixed_ssd,
-    GPU-tested against fp64). Other mixers, the torch backend and fp32 runs: no effect. With
-    compile: glue, zebra_mamba_300M_hybrid's step ran 1.36x faster on an H100 at micro-batch 16
-    (benchmarks/README.md, 2026-12-06, d67324c); opt-in until a hybrid loss curve with both has
-    been compared with one without."""
-    compile: Literal["none", "glue"] = "none"
+    ssd_precision: Literal["fp32", "mixed"] = "mixed"
+    """Mamba2's SSD scan on FLA's chunked simple-GLA kernels: mixed = the operands in the compute
+    dtype, FLA's forward as it is and its backward with the states' gradients in fp32 and one bf16
+    copy of them for the q/k gradients (zebractl.model.ops.mixed_ssd, GPU-tested against fp64);
+    fp32 = the operands cast to fp32 (FLA's chunk_simple_gla with fp32 backward states; every operand
+    and gradient passes through a cast). Other mixers, the torch backend and fp32 runs: no effect.
+    With compile auto, zebra_mamba_300M_hybrid trained 1.38x faster than with fp32 and none (H100,
+    micro-batch 16, 200 iterations; the loss curves within the parity tolerance: last-half mean
+    |Δ%| 0.32; benchmarks/README.md, 2026-12-06)."""
+    compile: Literal["auto", "none", "glue"] = "auto"
     """glue: torch.compile (Inductor, fixed shapes, whole graph) of the pure-PyTorch code between the
     kernels, each region fused into a few generated kernels: in the Mamba2 mixer, the decay and
     input-gate preparation (softplus, group expansion, dt scaling) and the skip, gate and grouped
     RMSNorm after the scan. Compiled on the first step (counted in the cold start); training only
-    (generation runs eagerly). none: eager PyTorch."""
+    (evaluation and generation run eagerly). auto: glue with FLA's kernels (CUDA), none elsewhere
+    (the CPU's pure-PyTorch path is not worth a compile). none: eager PyTorch."""
     cuda_graph: bool = False
     """Capture one micro-batch's forward and backward as a CUDA graph after two eager micro-steps
     and replay it (the optimizer step stays eager): removes the host's launch overhead, a sixth of

@@ -70,6 +70,12 @@ def ssd_output(
     return group_gated_norm(y, z, weight, eps, groups)
 
 
+def _glue(opts: KernelOptions) -> bool:
+    """Whether the glue runs compiled (``kernels.compile``: glue, or auto on FLA's kernels)."""
+    mode = opts.kernels.compile
+    return mode == "glue" or (mode == "auto" and opts.backend == "fla")
+
+
 @functools.cache
 def _compiled(fn: Callable) -> Callable:
     """``fn`` compiled once per process (``kernels.compile: glue``): Inductor, fixed shapes, one
@@ -112,7 +118,7 @@ class Mamba2Mixer(nn.Module):
         xbc = conv(xbc, self.conv1d, self.opts, cu_seqlens, cache, "xbc")
         xs, bb, cc = xbc.split([self.d_inner, self.gn, self.gn], dim=-1)
         xh = xs.view(b, t, self.nheads, self.cfg.head_dim)
-        glue = cache is None and self.opts.kernels.compile == "glue"
+        glue = cache is None and self.training and _glue(self.opts)
         prep, post = (
             (_compiled(ssd_inputs), _compiled(ssd_output)) if glue else (ssd_inputs, ssd_output)
         )
