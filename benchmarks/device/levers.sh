@@ -6,25 +6,21 @@
 #
 # On the GPU, in this order (each step under its own time limit; everything lands in $OUT as it
 # finishes, so a step cut short loses only itself):
-#   cold     the cold start and the default checkpoint stall: `zebractl train kda_300M` as shipped
-#            on the fresh machine's empty kernel cache (seeded with the shipped tuned configurations
-#            only), 13 iterations, a save every 4 (checkpoint.async_save auto); every output line
-#            time-stamped from the launch (cold.log); run it first on a fresh machine;
 #   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the CUDA graph (ours_graph), 4
 #            LM-head chunks (ours_chunks4), ours again (the spread);
 #   bench_hybrid  one process, micro 16: zebra_mamba_300M_hybrid, kda_300M and zebra_gdn_300M_hybrid,
 #            each with the defaults and with both Mamba2 levers (ours_mamba_fast; refused on the
 #            models without Mamba2, which is recorded);
-#   curves   zebra_mamba_300M_hybrid trained LEVERS_CURVE_ITERS (200) iterations at micro 16 with
-#            the defaults and with both Mamba2 levers from the same seed, then `zebractl compare`
-#            (curves.compare.json, both metrics.jsonl);
+#   curves   benchmarks/device/curves.sh: zebra_mamba_300M_hybrid trained LEVERS_CURVE_ITERS (200)
+#            iterations at micro 16 with the defaults and with both Mamba2 levers off (fp32 scan,
+#            eager glue) from the same seed, then `zebractl compare` (curves.compare.json);
 #   profile  benchmarks/profile_step.py of kda_300M (defaults) and the hybrid (ours_mamba_fast).
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
 # LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
 # FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
-# run, by name or the part before its first underscore (e.g. "cold bench"; default all). A second
+# run, by name or the part before its first underscore (e.g. "bench curves"; default all). A second
 # call on the same (warm) machine reuses the unpacked packages and data.
-# Files in $OUT: levers.log (everything), cold.log, bench_*.json, curves.*, profile_*.md, tests.log.
+# Files in $OUT: levers.log (everything), bench_*.json, curve*, profile_*.md, tests.log.
 set -uo pipefail
 export LC_ALL=C PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -68,38 +64,12 @@ if [ "${LEVERS_QUICK:-0}" = 1 ]; then  # the defaults against FLA's kernels and 
 else
 CURVE_ITERS=${LEVERS_CURVE_ITERS:-200}
 DATA=$D/gpu_data
-TRAIN=(--set "data.paths=[{path: $DATA}]" --set data.tokenizer=null --set parallelism.num_gpus=1
-       --set validation=null --set logging.tensorboard=false --set logging.interval=1)
-stamp() {  # each line of stdin prefixed with the seconds since $1 (epoch ms)
-  local t0=$1 line; while IFS= read -r line; do
-    printf '%7.1f %s\n' "$(( $(date +%s%3N) - t0 ))e-3" "$line"; done
-}
-cold() {  # cold only as the first step on a fresh machine: the kernel cache must not exist yet
-  local t0; t0=$(date +%s%3N)
-  [ -e "$ZEBRACTL_CACHE_DIR" ] && echo "NOT COLD: $ZEBRACTL_CACHE_DIR exists" | tee "$OUT/cold.log"
-  "$PY" -m zebractl train kda_300M "${TRAIN[@]}" \
-    --set batch.micro=$M --set batch.global=$M --set schedule.iterations=13 \
-    --set schedule.warmup_iterations=1 --set checkpoint.interval=4 --set checkpoint.keep_last=1 \
-    --output /tmp/zruns/cold 2>&1 | stamp "$t0" | tee -a "$OUT/cold.log"
-}
-curves() {
-  local v sets
-  for v in defaults mamba_fast; do
-    sets=(); [ $v = mamba_fast ] && sets=(--set kernels.ssd_precision=mixed --set kernels.compile=glue)
-    "$PY" -m zebractl train zebra_mamba_300M_hybrid "${TRAIN[@]}" --set batch.micro=16 \
-      --set batch.global=16 --set schedule.iterations="$CURVE_ITERS" --set schedule.warmup_iterations=20 \
-      --set checkpoint.enabled=false "${sets[@]}" --output "/tmp/zruns/curve_$v" || return $?
-    cp "/tmp/zruns/curve_$v/metrics.jsonl" "$OUT/curves.$v.metrics.jsonl"
-  done
-  "$PY" -m zebractl compare /tmp/zruns/curve_mamba_fast /tmp/zruns/curve_defaults --json \
-    > "$OUT/curves.compare.json"
-}
-run 200 cold cold
 run 170 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
   --runs ours:$M ours_graph:$M ours_chunks4:$M --json-out "$OUT/bench_kda.json"
 run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid kda_300M \
   zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
-run 300 curves curves
+run 300 curves bash benchmarks/device/curves.sh "$DATA" "$OUT" zebra_mamba_300M_hybrid \
+  "$CURVE_ITERS" 16 --set kernels.ssd_precision=fp32 --set kernels.compile=none
 for spec in "kda_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours_mamba_fast"; do
   IFS=: read -r preset micro impl <<< "$spec"
   run 60 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
