@@ -328,7 +328,7 @@ phase_tests() {
   case $CHECK_XDIST in ''|0|off|no) ;; *) xd=(-n "$CHECK_XDIST" --dist load) ;; esac
   rm -rf /tmp/zpt
   MERGE=1 gpu_step tests tests 900 TERM "$PY" -c "$PYTEST_MAIN" -m gpu tests/model tests/convert \
-    tests/train -p no:cacheprovider -p no:benchmark --basetemp=/tmp/zpt -rA -v --junitxml="$JOB/junit.xml" \
+    tests/generate tests/train -p no:cacheprovider -p no:benchmark --basetemp=/tmp/zpt -rA -v --junitxml="$JOB/junit.xml" \
     ${xd[@]+"${xd[@]}"} ${extra[@]+"${extra[@]}"}
   rc=$?
   case $rc in
