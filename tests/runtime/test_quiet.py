@@ -122,3 +122,34 @@ def test_tqdm_imported_later_is_patched_too():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "''"
+
+
+def test_reported_turns_the_named_loggers_off_for_the_block(monkeypatch):
+    """quiet.reported: every record of the loggers named and their children, ERROR included, is off
+    while the block runs (a process forked inside keeps that), then back; others are untouched;
+    with -v nothing changes."""
+    import multiprocessing
+
+    parent = "megatron.core.dist_checkpointing"
+    writer = f"{parent}.strategies.filesystem_async"
+    leveled = logging.getLogger(f"{parent}.leveled")  # a child with a level of its own
+    monkeypatch.setattr(leveled, "level", logging.INFO)
+    assert _logged(writer, logging.ERROR) and _logged(leveled.name, logging.ERROR)
+    fork = multiprocessing.get_context("fork")
+    with quiet.reported(parent):
+        assert not _logged(writer, logging.ERROR) and not _logged(writer, logging.CRITICAL)
+        assert not _logged(leveled.name, logging.ERROR)
+        assert _logged("megatron.core.optimizer", logging.ERROR)  # only the loggers named
+        assert _logged("megatron.core.dist_checkpointing_x", logging.ERROR)  # a name is whole
+        reader, sender = fork.Pipe(duplex=False)
+        child = fork.Process(
+            target=lambda: sender.send(logging.getLogger(writer).isEnabledFor(logging.ERROR))
+        )
+        child.start()
+    assert reader.recv() is False  # the fork keeps them off after the block ended
+    child.join()
+    assert _logged(writer, logging.ERROR) and leveled.level == logging.INFO
+    assert logging.getLogger(parent).level == logging.NOTSET
+    monkeypatch.setenv(quiet.VERBOSE_ENV, "1")
+    with quiet.reported(parent):
+        assert _logged(writer, logging.ERROR)

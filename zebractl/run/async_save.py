@@ -258,13 +258,12 @@ class AsyncSaver:
         (:meth:`wait`, whose error it raises)."""
         from megatron.core import dist_checkpointing
 
-        from zebractl.runtime import megatron_compat
-
         self.wait()
+        ckpt.shield_writers()
         ckpt.settle_abandoned()
         started = time.perf_counter()
         final, tmp = ckpt.prepare_tmp(root, iteration, is_writer)
-        with megatron_compat.patched():  # staging synchronises CUDA, a no-op without it
+        with ckpt.megatron_writing():  # the forked writer keeps megatron's logs off
             request = dist_checkpointing.save(
                 sharded_state,
                 str(tmp),
@@ -337,10 +336,8 @@ class AsyncSaver:
     def _finish_write(self, p: _Pending) -> None:
         """Wait for this rank's writer, run megatron's finalisation (collective), then start the
         writer rank's marker thread."""
-        from zebractl.runtime import megatron_compat
-
         try:
-            with megatron_compat.patched():  # finalisation asks for the CUDA device and syncs
+            with ckpt.megatron_writing():  # finalisation asks for the CUDA device and syncs
                 self._queue.maybe_finalize_async_calls(blocking=True, no_dist=True)
         except (KeyboardInterrupt, SystemExit):
             raise

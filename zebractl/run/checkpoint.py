@@ -17,10 +17,11 @@ next one. Only this module knows megatron's checkpoint files.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,11 +191,10 @@ def save(
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
-    from zebractl.runtime import megatron_compat
-
+    shield_writers()
     settle_abandoned()
     final, tmp = prepare_tmp(root, iteration, is_writer)
-    with megatron_compat.patched():  # the writer synchronises CUDA, a no-op without it
+    with megatron_writing():
         dist_checkpointing.save(sharded_state, str(tmp), sharded_strategy=save_strategy())
     dist.barrier()
     if is_writer:
@@ -216,6 +216,67 @@ def seal(tmp: Path, final: Path, marker: CheckpointMarker, keep_last: int) -> No
         shutil.rmtree(final)
     tmp.rename(final)
     prune(final.parent, keep_last)
+
+
+WRITER_LOGGERS = ("megatron.core.dist_checkpointing",)
+"""megatron's checkpoint loggers: a failed write is logged at ERROR (``Local process 0 encountered an
+error: ...``) before the save raises, and the save's error is ours to report."""
+
+
+@contextlib.contextmanager
+def megatron_writing() -> Iterator[None]:
+    """Around megatron's save calls (the plan and the writes, the fork of a background writer, the
+    finalisation): :func:`zebractl.runtime.megatron_compat.patched` (the writer synchronises CUDA,
+    a no-op without it) and megatron's checkpoint logs off unless ``-v``
+    (:func:`zebractl.runtime.quiet.reported`): a full disk is one line, the
+    :class:`~zebractl.run.disk.DiskError` the save's failure becomes, not megatron's first."""
+    from zebractl.runtime import megatron_compat, quiet
+
+    with megatron_compat.patched(), quiet.reported(*WRITER_LOGGERS):
+        yield
+
+
+_RESULTS: tuple[Any, Any] | None = None
+"""(manager, queue) of :func:`shield_writers`."""
+
+
+def shield_writers() -> None:
+    """Before a save: megatron's writers report to a queue served by a process that ignores the
+    stop signals (:mod:`zebractl.runtime.stop_signals`).
+
+    megatron's writer processes send their results through one process-wide queue served by a
+    multiprocessing manager, which megatron spawns at the first save with Python's default signal
+    handlers. A SIGTERM or SIGUSR1 sent to the run's process group (torchrun stopping its workers,
+    Slurm, ``timeout``) killed it, and the save the stop was completing failed: a
+    ``ConnectionRefusedError`` traceback from the background writer, ``BrokenPipeError`` from a
+    blocking save, exit 1 instead of 143 (issue 42). This starts that manager, once, with the stop
+    signals held back until its initializer ignores them, and starts another if it died since (a
+    SIGKILL)."""
+    global _RESULTS
+    from multiprocessing import resource_tracker
+    from multiprocessing.managers import SyncManager
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    from torch import multiprocessing
+
+    from zebractl.runtime import stop_signals
+
+    if _RESULTS is not None:
+        manager, queue_ = _RESULTS
+        process = getattr(manager, "_process", None)
+        if filesystem_async._results_queue is queue_ and process is not None and process.is_alive():
+            return
+    # spawning a process starts multiprocessing's resource tracker first, with SIGINT and SIGTERM
+    # blocked around it and unblocked after: started here, SIGUSR1 stays blocked for its life too,
+    # and the manager below is spawned with all three still held
+    with stop_signals.held():
+        resource_tracker.ensure_running()
+    manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # megatron's own kind
+    with stop_signals.held():
+        manager.start(initializer=stop_signals.ignore)
+    queue_ = manager.Queue()  # the proxy keeps the manager alive; it shuts down at exit
+    filesystem_async._results_queue = queue_
+    _RESULTS = (manager, queue_)
 
 
 _ABANDONED: list[Any] = []

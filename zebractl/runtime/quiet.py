@@ -14,10 +14,15 @@ resets its loggers' levels when it is imported (transformers and torch do).
 
 Nothing heavy is imported here: tqdm is patched when it is first imported (an import hook), or at
 once when it already is.
+
+:func:`reported` goes further for a block whose failures zebractl reports itself: a library's log
+records of any level, ERROR included, are off while it runs (megatron's checkpoint writer logs a
+full disk at ERROR, then the save raises and zebractl names the disk in one line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.util
@@ -25,7 +30,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 VERBOSE_ENV = "ZEBRACTL_VERBOSE"
@@ -175,3 +180,34 @@ def enable(verbose: bool, *, tty: bool) -> Callable[[], None]:
                 os.environ[key] = value
 
     return restore
+
+
+@contextlib.contextmanager
+def reported(*loggers: str) -> Iterator[None]:
+    """No log record of the loggers named (and their children), whatever its level, for the block,
+    unless verbose (``-v``: ``ZEBRACTL_VERBOSE=1``); the levels come back when it ends.
+
+    For a block whose failures are raised and reported in zebractl's words: megatron's checkpoint
+    writer logs ``Local process 0 encountered an error: ...`` at ERROR, which :func:`enable` keeps,
+    on the line before the save's :class:`~zebractl.run.disk.DiskError`. A process forked inside the
+    block (megatron's background writer) keeps them off for its life. The levels are process-wide:
+    records of other threads are off as well while the block runs.
+    """
+    if os.environ.get(VERBOSE_ENV) == "1":
+        yield
+        return
+    named = [logging.getLogger(name) for name in loggers]
+    below = tuple(f"{name}." for name in loggers)
+    named += [  # children with a level of their own (the others take their parent's)
+        log
+        for name, log in list(logging.root.manager.loggerDict.items())
+        if isinstance(log, logging.Logger) and name.startswith(below) and log.level
+    ]
+    levels = [log.level for log in named]
+    for log in named:
+        log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for log, level in zip(named, levels, strict=True):
+            log.setLevel(level)

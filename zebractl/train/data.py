@@ -10,12 +10,12 @@ resumed run reads exactly what the uninterrupted one would have, with any ``data
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from zebractl.data.spec import DataSpec, Shard
+from zebractl.runtime import stop_signals
 from zebractl.schemas.recipe import RunConfig
 
 
@@ -136,13 +136,6 @@ class ConsumedSamplesSampler:
         return steps * (self.global_ // self.world) // self.micro
 
 
-def _quiet_worker(_: int) -> None:
-    # Stop signals are for the training process: it finishes the step and saves. A worker that
-    # died from Ctrl-C or Slurm's SIGTERM would fail that last step instead.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)
-
-
 def loader(dataset: Any, sampler: ConsumedSamplesSampler, num_workers: int, pin: bool) -> Any:
     """A DataLoader over ``dataset`` in ``sampler``'s order, stacking tokens/labels/loss_mask."""
     from torch.utils.data import DataLoader
@@ -153,7 +146,9 @@ def loader(dataset: Any, sampler: ConsumedSamplesSampler, num_workers: int, pin:
         num_workers=num_workers,
         pin_memory=pin,
         collate_fn=_collate,
-        worker_init_fn=_quiet_worker if num_workers else None,
+        # stop signals are for the training process: it finishes the step and saves; a worker that
+        # died from Ctrl-C or Slurm's SIGTERM would fail that last step instead
+        worker_init_fn=stop_signals.ignore if num_workers else None,
     )
 
 

@@ -5,6 +5,8 @@ trainer finishes the step it is in, saves a checkpoint holding exactly that step
 128 + the signal number (130 Ctrl-C, 143 SIGTERM, 138 SIGUSR1: Slurm's warning before the time
 limit, after which the batch script requeues the job). Further signals while stopping are ignored:
 the save must complete (SIGKILL or Ctrl-\\ still end the process at once; the save is atomic).
+The run's helper processes ignore them (:mod:`zebractl.runtime.stop_signals`): a signal sent to the
+whole process group stops the trainer alone.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+from zebractl.runtime.stop_signals import STOP_SIGNALS
 
 
 class StopFlag:
