@@ -5,6 +5,12 @@ chosen once, when the model is built (``kernels.backend``: ``auto`` = FLA on CUD
 Raw projections go in (un-normalised q/k, gate and beta logits): each backend applies the q/k L2 norm,
 the decay gate and the beta sigmoid where it is cheapest (FLA: inside the kernel when the matching
 ``kernels.*_in_kernel`` toggle is on).
+
+Generation steps a carried state a token (or a few) at a time: there the fla backend runs FLA's fused
+recurrent kernels instead of its chunk kernels (:func:`recurrent_step` says when), on the same
+arguments and with the same meaning (the decay gate in log space, the beta sigmoid, the q/k L2 norm,
+the scale: ``K**-0.5``, SSD's 1; the fp32 state ``[B, H, K, V]``); training and every forward
+without a cache stay on the chunk kernels.
 """
 
 from __future__ import annotations
@@ -60,6 +66,27 @@ def resolve_backend(requested: str, device: torch.device | str | None = None) ->
             return "torch"
         return "fla"
     return "torch"
+
+
+RECURRENT_MAX_TOKENS = 64
+"""The most tokens a call with a cache runs through FLA's fused recurrent kernels (FLA's own layers
+switch at the same length in inference: ``q_len <= 64``)."""
+
+
+def recurrent_step(
+    opts: KernelOptions, x: Tensor, cu_seqlens: Tensor | None, output_final_state: bool
+) -> bool:
+    """Whether a recurrent op on ``x`` ``[B, T, ...]`` runs FLA's fused recurrent kernel instead of
+    its chunk kernels: on the fla backend, for a generation step (the state kept:
+    ``output_final_state``, no ``cu_seqlens``) of at most :data:`RECURRENT_MAX_TOKENS` tokens while
+    no gradient is recorded (those kernels have no backward). The torch backend never does."""
+    return (
+        opts.backend == "fla"
+        and output_final_state
+        and cu_seqlens is None
+        and x.shape[1] <= RECURRENT_MAX_TOKENS
+        and not torch.is_grad_enabled()
+    )
 
 
 def _check_varlen(
@@ -132,7 +159,7 @@ def kda(
     documents' offsets, each run from a zero state (:mod:`zebractl.model.segments`)."""
     _check_varlen(cu_seqlens, q, initial_state, output_final_state)
     if opts.backend == "fla":
-        from fla.ops.kda import chunk_kda
+        import fla.ops.kda as fla_kda
 
         kwargs: dict = {}
         if opts.kernels.kda_gate_in_kernel:
@@ -144,7 +171,13 @@ def kda(
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, s = chunk_kda(
+        if recurrent_step(opts, q, cu_seqlens, output_final_state):
+            # safe_gate is the chunk kernels' speed path for bounded gates: nothing to pass here
+            kernel = fla_kda.fused_recurrent_kda
+        else:
+            kernel = fla_kda.chunk_kda
+            kwargs |= {"safe_gate": safe_gate, "cu_seqlens": cu_seqlens}
+        o, s = kernel(
             q,
             k,
             v,
@@ -153,11 +186,9 @@ def kda(
             use_qk_l2norm_in_kernel=opts.kernels.qk_l2norm_in_kernel,
             use_beta_sigmoid_in_kernel=True,
             allow_neg_eigval=allow_neg_eigval,
-            safe_gate=safe_gate,
             lower_bound=lower_bound,
             initial_state=initial_state,
             output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
             **kwargs,
         )
         return (o, s) if output_final_state else o
@@ -194,7 +225,7 @@ def gdn(
     (``initial_state`` / ``output_final_state`` / ``cu_seqlens`` as :func:`kda`)."""
     _check_varlen(cu_seqlens, q, initial_state, output_final_state)
     if opts.backend == "fla":
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+        import fla.ops.gated_delta_rule as fla_gdn
 
         kwargs: dict = {}
         if opts.kernels.gdn_gate_in_kernel:
@@ -206,18 +237,22 @@ def gdn(
             from fla.modules.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
-        o, s = chunk_gated_delta_rule(
+        if recurrent_step(opts, q, cu_seqlens, output_final_state):
+            kernel = fla_gdn.fused_recurrent_gated_delta_rule
+        else:
+            kernel = fla_gdn.chunk_gated_delta_rule
+            kwargs["cu_seqlens"] = cu_seqlens
+        o, s = kernel(
             q,
             k,
             v,
             g,
-            beta_raw,
+            beta=beta_raw,  # by name: the fused recurrent kernel takes gk and gv after g
             use_qk_l2norm_in_kernel=opts.kernels.qk_l2norm_in_kernel,
             use_beta_sigmoid_in_kernel=True,
             allow_neg_eigval=allow_neg_eigval,
             initial_state=initial_state,
             output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
             **kwargs,
         )
         return (o, s) if output_final_state else o
@@ -242,10 +277,28 @@ def ssd(
     c, b ``[B,T,H,N]`` (already expanded from groups and, for b, multiplied by dt), x ``[B,T,H,P]``,
     g = dt * A ``[B,T,H]``. Uses FLA's chunk_simple_gla on CUDA, its operands in fp32, or with
     ``kernels.ssd_precision: mixed`` and 16-bit x, FLA's chunk kernels on the operands as they are
-    (:mod:`zebractl.model.ops.mixed_ssd`). ``cu_seqlens`` as :func:`kda`.
+    (:mod:`zebractl.model.ops.mixed_ssd`). ``cu_seqlens`` as :func:`kda`. A generation step
+    (:func:`recurrent_step`) runs FLA's fused_recurrent_simple_gla on fp32 operands (the mixed
+    setting's operands rounded to x's dtype first), its state fp32 whichever the setting.
     """
     _check_varlen(cu_seqlens, c, initial_state, output_final_state)
-    if opts.backend == "fla" and opts.kernels.ssd_precision == "mixed" and x.dtype.itemsize == 2:
+    mixed = opts.kernels.ssd_precision == "mixed" and x.dtype.itemsize == 2
+    if recurrent_step(opts, x, cu_seqlens, output_final_state):
+        import fla.ops.simple_gla as fla_gla
+
+        if mixed:
+            c, b = c.to(x.dtype), b.to(x.dtype)
+        o, s = fla_gla.fused_recurrent_simple_gla(
+            c.float(),
+            b.float(),
+            x.float(),
+            g=g.float(),
+            scale=1.0,
+            initial_state=initial_state,
+            output_final_state=True,
+        )
+        return o.to(x.dtype), s
+    if opts.backend == "fla" and mixed:
         from zebractl.model.ops.mixed_ssd import ssd_mixed
 
         o, s = ssd_mixed(
