@@ -283,22 +283,8 @@ def ssd(
     """
     _check_varlen(cu_seqlens, c, initial_state, output_final_state)
     mixed = opts.kernels.ssd_precision == "mixed" and x.dtype.itemsize == 2
-    if recurrent_step(opts, x, cu_seqlens, output_final_state):
-        import fla.ops.simple_gla as fla_gla
-
-        if mixed:
-            c, b = c.to(x.dtype), b.to(x.dtype)
-        o, s = fla_gla.fused_recurrent_simple_gla(
-            c.float(),
-            b.float(),
-            x.float(),
-            g=g.float(),
-            scale=1.0,
-            initial_state=initial_state,
-            output_final_state=True,
-        )
-        return o.to(x.dtype), s
-    if opts.backend == "fla" and mixed:
+    step = recurrent_step(opts, x, cu_seqlens, output_final_state)
+    if opts.backend == "fla" and mixed and not step:
         from zebractl.model.ops.mixed_ssd import ssd_mixed
 
         o, s = ssd_mixed(
@@ -306,11 +292,16 @@ def ssd(
         )
         return (o, s) if output_final_state else o
     if opts.backend == "fla":
-        from fla.ops.simple_gla import chunk_simple_gla
+        import fla.ops.simple_gla as fla_gla
 
+        if step:  # a generation step: the mixed setting's operands rounded as its chunk path's
+            kernel, extra = fla_gla.fused_recurrent_simple_gla, {}
+            c, b = (c.to(x.dtype), b.to(x.dtype)) if mixed else (c, b)
+        else:
+            kernel, extra = fla_gla.chunk_simple_gla, {"cu_seqlens": cu_seqlens}
         # fp32 operands: FLA keeps simple_gla's backward states in fp32, and on Hopper with Triton
         # < 3.7.1 the gated backward must run on the TileLang backend, which needs q and h in one dtype.
-        o, s = chunk_simple_gla(
+        o, s = kernel(
             c.float(),
             b.float(),
             x.float(),
@@ -318,7 +309,7 @@ def ssd(
             scale=1.0,
             initial_state=initial_state,
             output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens,
+            **extra,
         )
         return (o.to(x.dtype), s) if output_final_state else o.to(x.dtype)
     if cu_seqlens is not None:
