@@ -12,7 +12,8 @@ zebra`` would, cast whole to --dtype (as ``zebractl generate --dtype`` loads it)
 
 - ``engine``: :class:`zebractl.generate.engine.Decoder` (what ``zebractl generate`` runs): its cache
   made for the whole generation, recurrent states stepped by FLA's fused recurrent kernels on CUDA,
-  MLA's latent cache with absorbed decode, only the last position's logits.
+  MLA's latent cache with absorbed decode, only the last position's logits. ``engine_graph``: the
+  same with its one-token steps replayed as a CUDA graph (``zebractl generate --cuda-graph``).
 - ``fla``: FLA's ``KDAForCausalLM`` / ``GatedDeltaNetForCausalLM`` (pure KDA/GDN presets only) from
   the same weights (``mapping.to_fla``), FLA's fusions as FLA ships them, its own cache; CUDA only.
 - ``llama``: transformers' ``LlamaForCausalLM`` of the same width, depth, MLP and vocabulary (head dim
@@ -47,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-IMPLS = ("engine", "fla", "llama", "hf_generate")
+IMPLS = ("engine", "engine_graph", "fla", "llama", "hf_generate")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -141,10 +142,10 @@ class Stepper:
     def __init__(self, impl: str, model: Any, capacity: int) -> None:
         self.impl, self.model, self.seen = impl, model, 0
         self.device = next(model.parameters()).device
-        if impl == "engine":
+        if impl.startswith("engine"):
             from zebractl.generate.engine import Decoder
 
-            self.dec = Decoder(model, capacity + 1)
+            self.dec = Decoder(model, capacity + 1, cuda_graph=impl == "engine_graph")
             self.dec.reset(capacity)
             return
         self.key, self.cache = _cache_arg(model), None
@@ -156,7 +157,7 @@ class Stepper:
     @torch.inference_mode()
     def feed(self, ids: list[int]) -> int:
         """Run ``ids``; the greedy next token."""
-        if self.impl == "engine":
+        if self.impl.startswith("engine"):
             return int(self.dec.feed(ids).argmax())
         x = torch.tensor([ids], device=self.device)
         kw: dict[str, Any] = {self.key: self.cache, "use_cache": True, "logits_to_keep": 1}
@@ -173,7 +174,7 @@ class Stepper:
 
     def held(self) -> tuple[int, dict[str, int]]:
         """(bytes the cache holds, MLA latent rows held per layer); a static cache counts whole."""
-        if self.impl == "engine":
+        if self.impl.startswith("engine"):
             total, rows = 0, {}
             for i, layer in enumerate(self.dec.cache.layers):
                 for k, v in layer.items():
@@ -285,7 +286,7 @@ def measure_generate(model: Any, prompt: list[int], args: Any) -> dict[str, Any]
 
 def build(impl: str, m: Any, ours: Any, args: argparse.Namespace) -> Any:
     dev, dtype = args.device, DTYPES[args.dtype]
-    if impl in ("engine", "hf_generate"):
+    if impl in ("engine", "engine_graph", "hf_generate"):
         return ours
     if impl == "fla":
         if not dev.startswith("cuda"):

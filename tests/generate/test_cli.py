@@ -64,6 +64,20 @@ def test_generate_streams_and_reports(cli, trained):
     assert again.exit_code == 0
     assert again.stdout.rstrip("\n") == doc["text"]  # streamed: the same text, then a newline
     assert "tokens" in again.stderr  # the summary goes to stderr
+    assert doc["cuda_graph"] is None
+    graphed = cli(
+        "generate",
+        str(trained),
+        "--prompt",
+        "Once upon a time",
+        "--max-new-tokens",
+        "8",
+        "--cuda-graph",
+        "--json",
+    )  # on a CPU: said, and the same text without it
+    assert graphed.exit_code == 0, graphed.stderr
+    assert "--cuda-graph" in graphed.stderr and "without it" in graphed.stderr
+    assert json.loads(graphed.stdout)["text"] == doc["text"]
 
 
 def test_sampling_is_seeded(cli, trained):

@@ -1,5 +1,9 @@
 """`zebractl.generate.engine`: cached generation equals recomputing the whole sequence, MLA keeps
-only its compressed latent, and the sampler does what its settings say.
+only its compressed latent, and the sampler does what its settings say. The fixed-shape decode
+step (`ZebraForCausalLM.decode_step`) computes what a one-token forward with the cache computes and
+updates every buffer in place (fp32, relative and absolute 1e-5: MLA attends over its whole buffer
+with the rows past the position masked, a sum in another order); on the GPU its CUDA graph
+(`zebractl.generate.graph`) gives the eager steps' logits, one capture per set of buffers.
 
 Random weights (the conftest seed, printed); fp32 on CPU. Greedy decoding through the cache must
 choose, at every one of 32 steps, the argmax of a full no-cache forward over everything so far.
@@ -17,6 +21,7 @@ pytest.importorskip("megatron.core")
 
 from zebractl.config.resolve import resolve_recipe  # noqa: E402
 from zebractl.convert.hf import mla_rope, model_state  # noqa: E402
+from zebractl.generate import graph  # noqa: E402
 from zebractl.generate.engine import Decoder, generate, pick  # noqa: E402
 from zebractl.generate.options import Sampling  # noqa: E402
 from zebractl.hf import mapping  # noqa: E402
@@ -200,3 +205,106 @@ def test_greedy_generation_on_the_gpu_is_the_argmax_of_the_full_forward(recipe, 
             assert token == int(logits.argmax()) or gap <= TIE, (recipe, seed, step, gap)
             seq.append(token)
     assert steps == expected  # the no-cache forwards took the chunk kernels
+
+
+GRAPH_RECIPES = ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"]
+
+
+def _seed() -> int:
+    seed = int(torch.randint(0, 2**31 - 1, ()))
+    print("seed", seed)
+    return seed
+
+
+@pytest.mark.parametrize("recipe", GRAPH_RECIPES)
+def test_the_fixed_shape_step_is_a_cached_forward_and_updates_in_place(recipe):
+    seed = _seed()
+    m, hf = _hf(recipe, seed)
+    prompt = torch.randint(0, m.vocab_size, (11,)).tolist()
+    a, b = Decoder(hf, m.max_position_embeddings), Decoder(hf, m.max_position_embeddings)
+    for d in (a, b):
+        d.reset(len(prompt) + 16)
+    la, _ = a.feed(prompt), b.feed(prompt)
+    held = graph.signature(b.cache)
+    token, position = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+    with torch.inference_mode():
+        for step in range(16):
+            t = int(la.argmax())
+            la = a.feed([t])
+            token.fill_(t)
+            position.fill_(b.cache.seen)
+            b.cache.reserve(b.cache.seen + 1)
+            lb = hf.decode_step(token, position, b.cache)[0]
+            b.cache.advance()
+            err = float((la - lb).abs().max())
+            assert torch.allclose(la, lb, rtol=1e-5, atol=1e-5), (recipe, seed, step, err)
+            assert graph.signature(b.cache) == held, (recipe, step)  # every buffer in place
+    assert a.cache.seen == b.cache.seen == len(prompt) + 16
+    for da, db in zip(a.cache.layers, b.cache.layers, strict=True):
+        assert da.get("latent_len") == db.get("latent_len")
+
+
+def test_reserve_grows_the_latent_buffers_and_keeps_their_rows():
+    m, hf = _hf("tiny_hybrid", _seed())
+    dec = Decoder(hf, m.max_position_embeddings)
+    dec.reset(0)
+    dec.feed([1, 2, 3])
+    mla = [d for d in dec.cache.layers if "latent" in d]
+    before = [d["latent"][:, :3].clone() for d in mla]
+    dec.cache.reserve(10)
+    for d, rows in zip(mla, before, strict=True):
+        assert d["latent"].shape[1] == 10 and torch.equal(d["latent"][:, :3], rows)
+        assert not d["latent"][:, 3:].any()  # zero-filled: masked rows are never NaN
+
+
+def test_cuda_graph_is_off_on_a_cpu_and_generation_is_unchanged():
+    m, hf = _hf("tiny_hybrid", _seed())
+    prompt = [5, 6, 7]
+    dec = Decoder(hf, m.max_position_embeddings, cuda_graph=True)
+    assert dec.graphed is None
+    got = generate(dec, _Tok(), prompt, max_new_tokens=6, sampling=Sampling(), stop_ids=set())
+    want = generate(
+        Decoder(hf, m.max_position_embeddings),
+        _Tok(),
+        prompt,
+        max_new_tokens=6,
+        sampling=Sampling(),
+        stop_ids=set(),
+    )
+    assert got.ids == want.ids
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", GRAPH_RECIPES)
+def test_graphed_steps_give_the_eager_steps_logits_on_the_gpu(recipe):
+    """fp32; relative and absolute 1e-4 (the eager path attends over the held rows, the graph over
+    the whole buffer). A restore replaces the buffers: the step is captured again."""
+    pytest.importorskip("fla.ops.kda")
+    seed = _seed()
+    m, hf = _hf(recipe, seed)
+    hf = hf.cuda()
+    prompt = torch.randint(0, m.vocab_size, (11,)).tolist()
+    a = Decoder(hf, m.max_position_embeddings)
+    b = Decoder(hf, m.max_position_embeddings, cuda_graph=True)
+    for d in (a, b):
+        d.reset(len(prompt) + 24)
+    after_prompt, _ = a.feed(prompt), b.feed(prompt)
+    snap_a, snap_b = a.snapshot(), b.snapshot()
+    first: list[torch.Tensor] = []
+    for again in (False, True):
+        la = after_prompt
+        for step in range(12):
+            t = int(la.argmax())
+            la, lb = a.feed([t]), b.feed([t])
+            err = float((la - lb).abs().max())
+            assert torch.allclose(la, lb, rtol=1e-4, atol=1e-4), (recipe, seed, again, step, err)
+            if again:  # the same steps again, from the restored state through a new capture
+                assert torch.allclose(lb, first[step], rtol=1e-5, atol=1e-5), (recipe, seed, step)
+            else:
+                first.append(lb.clone())
+        a.restore(snap_a)
+        b.restore(snap_b)
+    g = b.graphed
+    assert g is not None and g.failed is None, g and g.failed
+    assert g.eager_steps == graph.WARMUP and g.captures == 2, (g.eager_steps, g.captures)
+    assert g.replays == 24 - graph.WARMUP

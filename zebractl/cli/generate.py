@@ -37,6 +37,15 @@ TopPOpt = Annotated[
     typer.Option("--top-p", help="Sample among the most likely tokens up to this probability."),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="The sampler's random seed.")]
+GraphOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cuda-graph/--no-cuda-graph",
+        help="On a CUDA GPU, replay each one-token step of zebractl's models as a CUDA graph "
+        "(fewer launches; a failed capture says why and decodes without it). Not yet measured "
+        "on a GPU: off by default.",
+    ),
+]
 StopOpt = Annotated[
     list[str], typer.Option("--stop", help="End at this text (not printed); repeatable.")
 ]
@@ -99,6 +108,7 @@ def generate(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
     checkpoint: CheckpointOpt = None,
+    cuda_graph: GraphOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Continue a prompt with a trained model, streaming the text as it is generated.
@@ -128,6 +138,7 @@ def generate(
             checkpoint=checkpoint,
             on_text=None if json_out else _write,
             console=err,
+            cuda_graph=cuda_graph,
         )
     if json_out:
         emit_json(report)
@@ -159,6 +170,7 @@ def chat(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
     checkpoint: CheckpointOpt = None,
+    cuda_graph: GraphOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Chat with a model, one message per line (a terminal or a pipe); /reset starts over, /exit
@@ -187,6 +199,7 @@ def chat(
             dtype=dtype,
             checkpoint=checkpoint,
             console=err,
+            cuda_graph=cuda_graph,
         )
     report = run.chat_report(source, session)
     if tty:

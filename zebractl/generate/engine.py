@@ -54,6 +54,7 @@ class Decoder:
         max_positions: int,
         context: Callable[[], Any] | None = None,
         cached: bool = True,
+        cuda_graph: bool = False,
     ) -> None:
         self.model = model
         self.context = context or contextlib.nullcontext  # around every forward
@@ -65,6 +66,13 @@ class Decoder:
         self.seen = 0
         self.fed = 0  # tokens fed since the last reset (prefill accounting)
         self._cache: Any = None
+        self.graphed: Any = None
+        """A Zebra model's one-token steps as a CUDA graph (:mod:`zebractl.generate.graph`), with
+        ``cuda_graph`` on a CUDA device; None otherwise."""
+        if cuda_graph and self.zebra and cached and self.device.type == "cuda":
+            from zebractl.generate.graph import GraphedDecode
+
+            self.graphed = GraphedDecode(model)
 
     def reset(self, capacity: int = 0) -> None:
         """Forget everything fed; a Zebra cache is made for ``capacity`` tokens."""
@@ -83,6 +91,12 @@ class Decoder:
             raise ValueError("feed: no tokens")
         if self._cache is None and self.zebra and self.cached:
             self.reset(len(ids))
+        if self.graphed is not None and len(ids) == 1 and self.seen > 0:
+            with self.context():
+                logits = self.graphed.step(self._cache, ids[0])
+            self.seen += 1
+            self.fed += 1
+            return logits
         if not self.cached:
             self._history += ids
             ids = self._history

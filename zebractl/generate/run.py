@@ -17,9 +17,15 @@ from zebractl.schemas.reports.generate import ChatReport, ChatTurn, GenerateRepo
 
 
 def _open(
-    source: Path, device: str, dtype: str, checkpoint: str | None, console: Callable[[str], None]
+    source: Path,
+    device: str,
+    dtype: str,
+    checkpoint: str | None,
+    console: Callable[[str], None],
+    cuda_graph: bool = False,
 ) -> tuple[Any, str, str, Any]:
-    """(Loaded, device, dtype name, Decoder) for SOURCE."""
+    """(Loaded, device, dtype name, Decoder) for SOURCE (``cuda_graph``: our models' one-token
+    steps replayed as a CUDA graph on a CUDA device)."""
     from zebractl.evaluate.harness import _device, open_model
     from zebractl.generate.engine import Decoder
 
@@ -38,7 +44,24 @@ def _open(
             "FLA's classes on a CPU keep no generation state: each token recomputes the sequence"
         )
         return loaded, dev, dname, Decoder(loaded.model, positions, on_cpu, cached=False)
-    return loaded, dev, dname, Decoder(loaded.model, positions)
+    kind = type(loaded.model).__name__
+    if cuda_graph and (not dev.startswith("cuda") or kind != "ZebraForCausalLM"):
+        console(
+            f"note: --cuda-graph replays zebractl's models' steps on a CUDA GPU; {kind} on {dev} "
+            "decodes without it"
+        )
+    return loaded, dev, dname, Decoder(loaded.model, positions, cuda_graph=cuda_graph)
+
+
+def _graph_state(dec: Any) -> str | None:
+    """The report's word on the CUDA graph: None (not asked or not possible), "replayed", or
+    "failed: why" (the steps then ran eagerly)."""
+    g = getattr(dec, "graphed", None)
+    if g is None:
+        return None
+    if g.failed is not None:
+        return f"failed: {g.failed}"
+    return f"replayed ({g.replays} steps, {g.captures} capture(s))" if g.replays else "not reached"
 
 
 def _prompt_ids(loaded: Any, text: str, positions: int) -> list[int]:
@@ -69,11 +92,12 @@ def generate(
     checkpoint: str | None,
     on_text: Callable[[str], None] | None,
     console: Callable[[str], None],
+    cuda_graph: bool = False,
 ) -> GenerateReport:
     """Continue ``prompt`` with SOURCE (see the module docstring); the report of it."""
     from zebractl.generate import engine
 
-    loaded, dev, dname, dec = _open(source, device, dtype, checkpoint, console)
+    loaded, dev, dname, dec = _open(source, device, dtype, checkpoint, console, cuda_graph)
     ids = _prompt_ids(loaded, prompt, dec.max_positions)
     out = engine.generate(
         dec,
@@ -102,6 +126,7 @@ def generate(
         decode_seconds=out.decode_seconds,
         prefill_tokens_per_second=_rate(len(ids), out.prefill_seconds),
         decode_tokens_per_second=_rate(decoded, out.decode_seconds),
+        cuda_graph=_graph_state(dec),
     )
 
 
@@ -125,11 +150,12 @@ def open_chat(
     dtype: str,
     checkpoint: str | None,
     console: Callable[[str], None],
+    cuda_graph: bool = False,
 ) -> Any:
     """A :class:`zebractl.generate.chat.ChatSession` on SOURCE."""
     from zebractl.generate.chat import ChatSession, template_for
 
-    loaded, _, _, dec = _open(source, device, dtype, checkpoint, console)
+    loaded, _, _, dec = _open(source, device, dtype, checkpoint, console, cuda_graph)
     tpl = template_for(template, data_template(loaded), loaded.tokenizer)
     console(f"chat template: {tpl.name}")
     return ChatSession(

@@ -17,6 +17,12 @@ into the query and the output (:meth:`ZebraMLA._absorbed`), so no full key or va
 step then feeds only the new tokens; the result equals recomputing the whole sequence (tested
 greedily against ``use_cache=False``). Padding is not supported (every sequence of a batch
 has the same length).
+
+:meth:`ZebraForCausalLM.decode_step` is one token with fixed shapes, for a CUDA graph to replay
+(:mod:`zebractl.generate.graph`): the position is a tensor, MLA writes its latent row in place at
+that position and attends over its whole preallocated buffer (the rows past the position masked
+out), and every recurrent state is updated in place; it computes what a one-token ``forward`` with
+the cache computes.
 """
 
 from __future__ import annotations
@@ -104,6 +110,24 @@ class ZebraCache:
             if latent is not None:
                 d["latent"] = latent
 
+    def reserve(self, rows: int) -> None:
+        """Every MLA latent buffer holds at least ``rows`` rows (grown by doubling, zero-filled)."""
+        for d in self.layers:
+            buf = d.get("latent")
+            if buf is not None and buf.shape[1] < rows:
+                grown = buf.new_zeros(buf.shape[0], max(rows, 2 * buf.shape[1]), buf.shape[2])
+                held = d.get("latent_len", 0)
+                grown[:, :held] = buf[:, :held]
+                d["latent"] = grown
+
+    def advance(self) -> None:
+        """Count a token :meth:`ZebraForCausalLM.decode_step` ran: one more seen, one more row
+        held in each MLA latent buffer."""
+        self.seen += 1
+        for d in self.layers:
+            if "latent" in d:
+                d["latent_len"] = self.seen
+
     def __len__(self) -> int:
         return len(self.layers)
 
@@ -136,13 +160,17 @@ class ZebraMLA(nn.Module):
                 f"mla_rope.inv_freq has {len(self.inv_freq)} frequencies; qk_pos_emb_head_dim "
                 f"{a.qk_pos_emb_head_dim} needs {a.qk_pos_emb_head_dim // 2}"
             )
+        self._freqs: dict[torch.device, Tensor] = {}
         self.mscale = float(rope.get("mscale", 1.0))
         self.softmax_scale = float(
             rope.get("softmax_scale", 1 / math.sqrt(a.qk_head_dim + a.qk_pos_emb_head_dim))
         )
 
     def _rope(self, t: Tensor, positions: Tensor) -> Tensor:
-        inv_freq = torch.tensor(self.inv_freq, dtype=torch.float32, device=positions.device)
+        inv_freq = self._freqs.get(positions.device)
+        if inv_freq is None:  # made once per device: a CUDA graph cannot capture a host copy
+            inv_freq = torch.tensor(self.inv_freq, dtype=torch.float32, device=positions.device)
+            self._freqs[positions.device] = inv_freq
         freqs = torch.outer(positions.to(torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)[None, :, None, :]  # [1, T, 1, rope]
         t = torch.cat((t[..., 0::2], t[..., 1::2]), dim=-1)
@@ -176,6 +204,27 @@ class ZebraMLA(nn.Module):
             query, key, v.transpose(1, 2), is_causal=True, scale=self.softmax_scale
         )
         return self.o_proj(o.transpose(1, 2).reshape(b, t, n * dv))
+
+    def step(self, x: Tensor, cache: dict[str, Any], position: Tensor) -> Tensor:
+        """One token ``x [B, 1, H]`` at ``position`` (a one-element long tensor on x's device):
+        its latent row written in place into the cache's buffer, attention over the whole buffer
+        with the rows past the position masked out. Fixed shapes whatever the position."""
+        a = self.cfg
+        b = x.shape[0]
+        n, dq, dr, dv = a.num_heads, a.qk_head_dim, a.qk_pos_emb_head_dim, a.v_head_dim
+        if a.q_lora_rank is not None:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        else:
+            q = self.q_proj(x)
+        q_nope, q_pe = q.view(b, 1, n, dq + dr).split([dq, dr], dim=-1)
+        c, k_pe = self.kv_a_proj_with_mqa(x).split([a.kv_lora_rank, dr], dim=-1)
+        q_pe = self._rope(q_pe, position)
+        k_pe = self._rope(k_pe[:, :, None, :], position)[:, :, 0]
+        latent = cache["latent"]
+        row = torch.cat((self.kv_a_layernorm(c), k_pe), dim=-1).to(latent.dtype)
+        latent.index_copy_(1, position, row)
+        o = self._absorbed(q_nope, q_pe, latent, position)
+        return self.o_proj(o.reshape(b, 1, n * dv))
 
     def _absorbed(self, q_nope: Tensor, q_pe: Tensor, latent: Tensor, positions: Tensor) -> Tensor:
         """Attention over the cached latents ``[B, L, r + dr]`` (the normalised compressed KV and
@@ -212,7 +261,7 @@ def _append(cache: dict[str, Any], name: str, *parts: Tensor) -> Tensor:
     need = held + t
     if buf is None or buf.shape[1] < need:
         size = max(need, cache.get("capacity", 0), 2 * (0 if buf is None else buf.shape[1]))
-        grown = parts[0].new_empty(b, size, width)
+        grown = parts[0].new_zeros(b, size, width)  # rows not written yet: masked, never NaN
         if buf is not None:
             grown[:, :held] = buf[:, :held]
         cache[name] = buf = grown
@@ -251,6 +300,14 @@ class ZebraBlock(nn.Module):
             h = self.attn(h, cache, start)
         else:
             h = self.attn(h, cache=cache)
+        x = x + h
+        return x + self.mlp(self.mlp_norm(x))
+
+    def step(self, x: Tensor, cache: dict[str, Any], position: Tensor) -> Tensor:
+        """One token with fixed shapes (see :meth:`ZebraMLA.step`); the mixers step their kept
+        states in place."""
+        h = self.attn_norm(x)
+        h = self.attn.step(h, cache, position) if self.kind == "mla" else self.attn(h, cache=cache)
         x = x + h
         return x + self.mlp(self.mlp_norm(x))
 
@@ -342,6 +399,20 @@ class ZebraForCausalLM(ZebraPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
+
+    def decode_step(self, token: Tensor, position: Tensor, cache: ZebraCache) -> Tensor:
+        """The fp32 logits ``[B, V]`` after one token ``token [B, 1]`` at ``position`` (a
+        one-element long tensor on the model's device), continuing ``cache``, with fixed shapes
+        and every buffer updated in place (what a CUDA graph replays; the caller then counts the
+        token: :meth:`ZebraCache.advance`). The cache must have seen a prefill (its states and
+        convolution tails exist) and its MLA buffers must hold ``position``
+        (:meth:`ZebraCache.reserve`)."""
+        model = self.model
+        model.opts.backend = ops.resolve_backend("auto", token.device)
+        x = model.embeddings(token)
+        for layer, d in zip(model.layers, cache.layers, strict=True):
+            x = layer.step(x, d, position)
+        return self.lm_head(model.norm(x)[:, -1]).float()
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

@@ -67,10 +67,17 @@ def state_io(cache: Cache | None) -> dict[str, Any]:
 
 
 def keep_state(result: Any, cache: Cache | None) -> Tensor:
-    """A recurrent op's output; with a cache, its final state is kept there."""
+    """A recurrent op's output; with a cache, its final state is kept there: copied into the state
+    already held (one buffer for the whole generation: a CUDA graph replays against it), or
+    kept as it is on the first call."""
     if cache is None:
         return result
-    out, cache["state"] = result
+    out, state = result
+    held = cache.get("state")
+    if held is not None and held.shape == state.shape and held.dtype == state.dtype:
+        held.copy_(state)
+    else:
+        cache["state"] = state
     return out
 
 

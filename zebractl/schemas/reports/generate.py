@@ -61,6 +61,9 @@ class GenerateReport(Report):
     """Prompt tokens / prefill time (null when too short to time)."""
     decode_tokens_per_second: FiniteFloat | None
     """Tokens generated after the first / decode time (null with fewer than two)."""
+    cuda_graph: str | None = None
+    """With --cuda-graph on a CUDA GPU: "replayed (N steps, M capture(s))", "not reached" (no
+    step after the first), or "failed: why" (the steps ran eagerly); null otherwise."""
 
 
 class ChatTurn(StrictModel):
