@@ -46,6 +46,7 @@ class GraphedDecode:
     def __init__(self, model: Any) -> None:
         self.model = model
         device = next(model.parameters()).device
+        self.side = torch.cuda.Stream(device)  # the eager steps' (torch's recipe before a capture)
         self.token = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.position = torch.zeros(1, dtype=torch.long, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -76,12 +77,11 @@ class GraphedDecode:
         return logits[0]
 
     def _eager(self, cache: Any) -> Tensor:
-        """One step outside a graph, on a side stream (torch's recipe before a capture)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        """One step outside a graph, on the side stream."""
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
             logits = self.model.decode_step(self.token, self.position, cache)
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream().wait_stream(self.side)
         self.eager_steps += 1
         return logits
 

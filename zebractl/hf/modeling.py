@@ -111,14 +111,11 @@ class ZebraCache:
                 d["latent"] = latent
 
     def reserve(self, rows: int) -> None:
-        """Every MLA latent buffer holds at least ``rows`` rows (grown by doubling, zero-filled)."""
+        """Every MLA latent buffer holds at least ``rows`` rows (:func:`_room`)."""
         for d in self.layers:
             buf = d.get("latent")
-            if buf is not None and buf.shape[1] < rows:
-                grown = buf.new_zeros(buf.shape[0], max(rows, 2 * buf.shape[1]), buf.shape[2])
-                held = d.get("latent_len", 0)
-                grown[:, :held] = buf[:, :held]
-                d["latent"] = grown
+            if buf is not None:
+                _room(d, "latent", rows, buf)
 
     def advance(self) -> None:
         """Count a token :meth:`ZebraForCausalLM.decode_step` ran: one more seen, one more row
@@ -249,22 +246,32 @@ class ZebraMLA(nn.Module):
         return torch.einsum("bntr,ndr->btnd", o, w[:, dq:])
 
 
+def _room(cache: dict[str, Any], name: str, rows: int, like: Tensor) -> Tensor:
+    """``cache[name]`` (``[B, rows, D]``, the shape and dtype of ``like``) with room for ``rows``
+    rows: made for ``cache["capacity"]`` rows (at least ``rows``), or doubled when too small, the
+    ``cache[name + "_len"]`` rows held kept; zero-filled (rows not written yet are masked, never
+    NaN). A copy per doubling, never one per token."""
+    buf = cache.get(name)
+    if buf is not None and buf.shape[1] >= rows:
+        return buf
+    size = max(rows, cache.get("capacity", 0), 2 * (0 if buf is None else buf.shape[1]))
+    grown = like.new_zeros(like.shape[0], size, like.shape[2])
+    if buf is not None:
+        held = cache.get(name + "_len", 0)
+        grown[:, :held] = buf[:, :held]
+    cache[name] = grown
+    return grown
+
+
 def _append(cache: dict[str, Any], name: str, *parts: Tensor) -> Tensor:
     """Write the new rows (``parts``, each ``[B, T, D_i]``, side by side) after the
-    ``cache[name + "_len"]`` rows already held in the preallocated ``cache[name]``, and return the
-    rows held so far (a view). The buffer is made for ``cache["capacity"]`` rows (at least the
-    first call's) and doubled when a call overflows it: a copy per doubling, never one per token."""
+    ``cache[name + "_len"]`` rows already held in the preallocated ``cache[name]`` (:func:`_room`),
+    and return the rows held so far (a view)."""
     b, t = parts[0].shape[:2]
     width = sum(p.shape[2] for p in parts)
     held = cache.get(name + "_len", 0)
-    buf = cache.get(name)
     need = held + t
-    if buf is None or buf.shape[1] < need:
-        size = max(need, cache.get("capacity", 0), 2 * (0 if buf is None else buf.shape[1]))
-        grown = parts[0].new_zeros(b, size, width)  # rows not written yet: masked, never NaN
-        if buf is not None:
-            grown[:, :held] = buf[:, :held]
-        cache[name] = buf = grown
+    buf = _room(cache, name, need, parts[0].new_empty(b, 0, width))
     col = 0
     for p in parts:
         buf[:, held:need, col : col + p.shape[2]] = p.detach()
