@@ -226,19 +226,25 @@ def measure(impl: str, model: Any, m: Any, prompt: list[int], args: Any) -> dict
     for _ in range(w):
         tok = st.feed([tok])
     held0, rows0 = st.held()
-    times = []
+    times, tokens = [], []
     for _ in range(n):
         t = time.perf_counter()
         tok = st.feed([tok])
         sync(st.device)
         times.append(time.perf_counter() - t)
+        tokens.append(tok)
     held1, rows1 = st.held()
     row: dict[str, Any] = {
         "prefill_s": prefill,
         "decode_tok_s": n / sum(times),
         "token_ms_median": 1e3 * statistics.median(times),
         "cache_bytes_per_token": (held1 - held0) / n,
+        "tokens": tokens,
     }
+    g = getattr(getattr(st, "dec", None), "graphed", None)
+    if g is not None:  # what the CUDA graph did (failed: every step ran eagerly)
+        row["graph"] = {"captures": g.captures, "replays": g.replays,
+                        "eager_steps": g.eager_steps, "failed": g.failed}  # fmt: skip
     if impl == "llama":  # preallocated for its whole length: its keys and values per position
         kv = [t for layer in st.cache.layers for t in (layer.keys, layer.values)]
         row["cache_bytes_per_token"] = sum(t.numel() * t.element_size() / t.shape[-2] for t in kv)
@@ -334,13 +340,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         # compile/tune the kernels: a prompt in pieces (a carried state) too
                         warm = torch.randint(0, m.vocab_size, (min(300, ctx),), generator=gen)
                         one(impl, model, m, warm.tolist(), args, 2, chunk=128)
-                    prompt = torch.randint(0, m.vocab_size, (ctx,), generator=gen).tolist()
+                    # the same prompt for every implementation of a preset at this context
+                    fixed = torch.Generator().manual_seed(args.seed + ctx)
+                    prompt = torch.randint(0, m.vocab_size, (ctx,), generator=fixed).tolist()
                     if cuda:
                         gc.collect()
                         torch.cuda.empty_cache()
                         torch.cuda.reset_peak_memory_stats()
                         base = torch.cuda.memory_allocated()
                     row |= one(impl, model, m, prompt, args, args.new_tokens)
+                    agree(row, rows)
                     if cuda:  # this model's weights and what its generation took
                         weights = sum(p.numel() * p.element_size() for p in model.parameters())
                         peak = torch.cuda.max_memory_allocated() - base + weights
@@ -358,10 +367,29 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def agree(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """``agree_with_engine``: how many of the row's greedy tokens, from the start, the eager engine
+    chose too for the same preset, context and prompt (the same weights: ``engine_graph``,
+    ``fla``, ``hf_generate``; bf16 near-ties may part them after a while)."""
+    if row["impl"] in ("engine", "llama") or "tokens" not in row:
+        return
+    ref = next((r for r in rows if r["impl"] == "engine" and r["preset"] == row["preset"]
+                and r["context"] == row["context"] and r.get("tokens")), None)  # fmt: skip
+    if ref is None:
+        return
+    same = 0
+    for a, b in zip(ref["tokens"], row["tokens"], strict=False):
+        if a != b:
+            break
+        same += 1
+    row["agree_with_engine"] = same
+
+
 COLUMNS = [("preset", 28, "{}"), ("impl", 12, "{}"), ("context", 8, "{}"),
            ("new_tokens", 5, "{}"), ("prefill_s", 9, "{:.3f}"), ("decode_tok_s", 10, "{:.1f}"),
            ("token_ms_median", 9, "{:.2f}"), ("peak_gib", 8, "{:.2f}"),
-           ("cache_bytes_per_token", 12, "{:.0f}"), ("mla_elems_per_token_layer", 8, "{:.0f}")]  # fmt: skip
+           ("cache_bytes_per_token", 12, "{:.0f}"), ("mla_elems_per_token_layer", 8, "{:.0f}"),
+           ("agree_with_engine", 5, "{}")]  # fmt: skip
 HEADER = "  ".join(f"{h[:w]:>{w}}" for h, w, _ in COLUMNS)
 
 

@@ -333,3 +333,30 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
         "wall_s": None,
     }
     assert plain["memory"]["runs"] == [] and "\nmemory " not in cr.summary(plain)
+
+
+def test_the_save_stall_separates_a_saves_own_pause_from_the_wait_for_the_one_before(cr, tmp_path):
+    """The lines stall_kda_300M logged at 775f8db (H100): a save every 3 iterations waited for the
+    one before to finish writing; the pause each save itself cost was 1.4, 0.4 and 0.4 s."""
+    job = tmp_path / "job"
+    (job / "logs").mkdir(parents=True)
+    (job / "logs/stall_kda_300M.log").write_text(
+        "08:42:51.704 saving /r/checkpoints/iter_0000003 (async: training paused 1.4 s)\n"
+        "08:43:08.658 checkpoint iter_0000003 complete in 17.9 s\n"
+        "08:43:09.091 saving /r/checkpoints/iter_0000006 (async: training paused 16.5 s, "
+        "16.1 s of it for the previous save)\n"
+        "08:43:17.457 checkpoint iter_0000006 complete in 8.8 s\n"
+        "08:43:17.905 saving /r/checkpoints/iter_0000009 (async: training paused 7.9 s, "
+        "7.5 s of it for the previous save)\n"
+    )
+    got = cr.save_stall(job)
+    assert got == {
+        "mode": "async",
+        "pause_s": [1.4, 16.5, 7.9],
+        "max_s": 16.5,
+        "own_s": [1.4, 0.4, 0.4],
+        "max_own_s": 1.4,
+        "write_s": [17.9, 8.8],
+    }
+    (job / "logs/stall_kda_300M.log").write_text("saved /r/checkpoints/iter_0000003 in 6.8 s\n")
+    assert cr.save_stall(job)["own_s"] == [6.8] and cr.save_stall(job)["mode"] == "blocking"

@@ -61,6 +61,13 @@ def test_the_cpu_smoke_measures_every_implementation(tmp_path):
         assert hybrid["mla_elems_per_token_layer"] == hybrid["mla_bound"] == width
         assert hybrid["mla_ok"] is True and hybrid["cache_bytes_per_token"] == 2 * width
         assert kda["cache_bytes_per_token"] == 0 and "mla_ok" not in kda
+    for r in rows:  # the same weights and prompt: the same greedy tokens (eager steps on a CPU)
+        if r["impl"] == "engine_graph":
+            ref = engine[r["preset"], r["context"]]
+            assert len(r["tokens"]) == 3 and r["tokens"] == ref["tokens"], (r, ref)
+            assert r["agree_with_engine"] == 3 and "graph" not in r  # no graph on a CPU
+        if r["impl"] in ("engine", "llama"):
+            assert "agree_with_engine" not in r
     for r in rows:  # hidden 64: one head of 64, one KV head; keys and values, 2 bytes each
         if r["impl"] == "llama":
             blocks = resolve_preset(r["preset"]).config.num_blocks
@@ -70,3 +77,17 @@ def test_the_cpu_smoke_measures_every_implementation(tmp_path):
 def test_a_spent_budget_skips_the_rows(tmp_path):
     rows = _rows(tmp_path, "--presets", "tiny_kda", "--contexts", "16", "--budget-s", "0")
     assert [r["error"] for r in rows] == ["skipped: past --budget-s 0.0"] * len(_bench().IMPLS)
+
+
+def test_agreement_counts_the_leading_tokens_the_eager_engine_chose_too():
+    agree = _bench().agree
+    rows = [{"impl": "engine", "preset": "p", "context": 8, "tokens": [5, 6, 7, 8]},
+            {"impl": "engine", "preset": "p", "context": 16, "tokens": [1, 2, 3, 4]}]  # fmt: skip
+    for impl, tokens, want in (("engine_graph", [5, 6, 9, 8], 2), ("fla", [5, 6, 7, 8], 4),
+                               ("fla", [0, 6, 7, 8], 0)):  # fmt: skip
+        row = {"impl": impl, "preset": "p", "context": 8, "tokens": tokens}
+        agree(row, rows)
+        assert row["agree_with_engine"] == want, (impl, tokens)
+    lone = {"impl": "fla", "preset": "q", "context": 8, "tokens": [5]}
+    agree(lone, rows)
+    assert "agree_with_engine" not in lone  # no eager row to compare with

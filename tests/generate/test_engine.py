@@ -308,3 +308,78 @@ def test_graphed_steps_give_the_eager_steps_logits_on_the_gpu(recipe):
     assert g is not None and g.failed is None, g and g.failed
     assert g.eager_steps == graph.WARMUP and g.captures == 2, (g.eager_steps, g.captures)
     assert g.replays == 24 - graph.WARMUP
+
+
+class _FakeGraph:
+    """A stand-in CUDA graph: its pool lives while a graph that uses it is alive (as in torch's
+    allocator, where the last graph's destructor frees its private pool)."""
+
+    pools: dict[int, int] = {}  # pool id -> graphs using it
+
+    def __init__(self) -> None:
+        self.pool_id: int | None = None
+
+    def pool(self) -> int:
+        assert self.pool_id is not None
+        return self.pool_id
+
+    def replay(self) -> None:
+        pass
+
+    def __del__(self) -> None:
+        if self.pool_id is not None:
+            _FakeGraph.pools[self.pool_id] -= 1
+
+
+class _fake_capture:
+    def __init__(self, g: _FakeGraph, pool: int | None = None) -> None:
+        if pool is not None:  # torch: INTERNAL ASSERT use_count > 0 on a pool already freed
+            assert _FakeGraph.pools.get(pool, 0) > 0, "capture began on a freed pool"
+        g.pool_id = pool if pool is not None else len(_FakeGraph.pools) + 1
+        _FakeGraph.pools[g.pool_id] = _FakeGraph.pools.get(g.pool_id, 0) + 1
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_a_new_capture_shares_the_pool_while_the_graph_before_still_holds_it(monkeypatch):
+    """A restore replaced the buffers: the step is captured again on the same private pool. The
+    first graph must still be alive when the second capture begins (on 775f8db it was dropped
+    first, its pool with it: the capture on the H100 failed inside torch's allocator)."""
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: object())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _fake_capture)
+    monkeypatch.setattr(_FakeGraph, "pools", {})
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def decode_step(self, token, position, cache):
+            return torch.zeros(1, 3)
+
+    class Cache:
+        def __init__(self) -> None:
+            self.layers = [{"state": torch.zeros(2)}]
+            self.seen = 4
+
+        def reserve(self, rows: int) -> None:
+            pass
+
+        def advance(self) -> None:
+            self.seen += 1
+
+    g = graph.GraphedDecode(Model())
+    g.eager_steps = graph.WARMUP  # past the eager warm-up
+    cache = Cache()
+    g.step(cache, 1)
+    g.step(cache, 2)
+    cache.layers = [{"state": torch.zeros(2)}]  # new buffers (a restore): captured again
+    g.step(cache, 3)
+    assert g.failed is None, g.failed
+    assert (g.captures, g.replays) == (2, 3)
+    assert _FakeGraph.pools == {1: 1}, _FakeGraph.pools  # one pool, held by the live graph

@@ -86,16 +86,24 @@ class GraphedDecode:
         return logits
 
     def _capture(self, cache: Any) -> None:
-        """Capture :meth:`decode_step` against the cache's current buffers (nothing runs)."""
-        self.graph = None
+        """Capture :meth:`decode_step` against the cache's current buffers (nothing runs).
+
+        The graph captured before stays alive until this capture ends: it is what keeps the
+        private memory pool both share; freed first, it would take the pool with it and the
+        capture would begin on a pool that no longer exists (an internal assert of torch's
+        allocator, raised after the capture had claimed the CUDA generators: every later random
+        op of the process then failed)."""
+        previous, self.graph = self.graph, None
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph, pool=self.pool):
                 self.logits = self.model.decode_step(self.token, self.position, cache)
         except Exception as exc:  # noqa: BLE001 - any failure: say why, go on eagerly
             self.failed = f"{type(exc).__name__}: {first_line(exc, type(exc).__name__)}"
-            self.logits = None
+            self.logits, self.pool = None, None
             return
+        finally:
+            del previous
         self.pool = graph.pool()
         self.graph, self.captured_for = graph, signature(cache)
         self.captures += 1
