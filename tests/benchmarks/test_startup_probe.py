@@ -1,0 +1,40 @@
+"""benchmarks/startup_probe.py on the CPU: every stage is timed and a missing package is a row's
+error, never the probe's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def _probe():
+    path = Path(__file__).parents[2] / "benchmarks" / "startup_probe.py"
+    spec = importlib.util.spec_from_file_location("startup_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_stage_is_timed_and_a_failure_is_its_rows_error(tmp_path, monkeypatch):
+    probe = _probe()
+
+    def broken() -> None:
+        raise ModuleNotFoundError("No module named 'tilelang'")
+
+    monkeypatch.setattr(probe, "_tilelang", broken)
+    out = tmp_path / "probe.json"
+    assert probe.main(["--recipe", "tiny_kda", "--json-out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    names = [r["stage"] for r in doc["rows"]]
+    assert names == ["interpreter", "torch", "cuda", "trainer", "megatron", "fla", "tilelang",
+                     "process_group", "config"]  # fmt: skip
+    assert all(r["seconds"] >= 0 for r in doc["rows"])
+    errors = {r["stage"]: r["error"] for r in doc["rows"]}
+    assert errors.pop("tilelang") == "ModuleNotFoundError: No module named 'tilelang'"
+    assert set(errors.values()) == {None}, errors
+    assert doc["total_s"] == pytest.approx(sum(r["seconds"] for r in doc["rows"]), abs=0.02)
