@@ -64,7 +64,8 @@ def test_generate_streams_and_reports(cli, trained):
     assert again.exit_code == 0
     assert again.stdout.rstrip("\n") == doc["text"]  # streamed: the same text, then a newline
     assert "tokens" in again.stderr  # the summary goes to stderr
-    assert doc["cuda_graph"] is None
+    assert doc["cuda_graph"] is None  # on by default, but only on a CUDA GPU: not said here
+    assert "cuda-graph" not in again.stderr and "cuda-graph" not in res.stderr
     graphed = cli(
         "generate",
         str(trained),

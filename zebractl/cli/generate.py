@@ -38,12 +38,13 @@ TopPOpt = Annotated[
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="The sampler's random seed.")]
 GraphOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--cuda-graph/--no-cuda-graph",
-        help="On a CUDA GPU, replay each one-token step of zebractl's models as a CUDA graph "
-        "(one launch per token instead of hundreds); a failed capture says why and decodes "
-        "without it.",
+        help="Replay each one-token step of zebractl's models as a CUDA graph (one launch per "
+        "token instead of hundreds). Default: on for zebractl's models on a CUDA GPU, off "
+        "elsewhere; a failed capture says why and decodes without it.",
+        show_default=False,
     ),
 ]
 StopOpt = Annotated[
@@ -108,7 +109,7 @@ def generate(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
     checkpoint: CheckpointOpt = None,
-    cuda_graph: GraphOpt = False,
+    cuda_graph: GraphOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Continue a prompt with a trained model, streaming the text as it is generated.
@@ -170,7 +171,7 @@ def chat(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "auto",
     checkpoint: CheckpointOpt = None,
-    cuda_graph: GraphOpt = False,
+    cuda_graph: GraphOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Chat with a model, one message per line (a terminal or a pipe); /reset starts over, /exit

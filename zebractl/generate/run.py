@@ -22,10 +22,11 @@ def _open(
     dtype: str,
     checkpoint: str | None,
     console: Callable[[str], None],
-    cuda_graph: bool = False,
+    cuda_graph: bool | None = None,
 ) -> tuple[Any, str, str, Any]:
     """(Loaded, device, dtype name, Decoder) for SOURCE (``cuda_graph``: our models' one-token
-    steps replayed as a CUDA graph on a CUDA device)."""
+    steps replayed as a CUDA graph on a CUDA device; None: wherever that applies, False: never;
+    True where it does not apply says so)."""
     from zebractl.evaluate.harness import _device, open_model
     from zebractl.generate.engine import Decoder
 
@@ -50,7 +51,8 @@ def _open(
             f"note: --cuda-graph replays zebractl's models' steps on a CUDA GPU; {kind} on {dev} "
             "decodes without it"
         )
-    return loaded, dev, dname, Decoder(loaded.model, positions, cuda_graph=cuda_graph)
+    graph = cuda_graph is not False  # the Decoder graphs only our models on CUDA
+    return loaded, dev, dname, Decoder(loaded.model, positions, cuda_graph=graph)
 
 
 def _graph_state(dec: Any) -> str | None:
@@ -92,7 +94,7 @@ def generate(
     checkpoint: str | None,
     on_text: Callable[[str], None] | None,
     console: Callable[[str], None],
-    cuda_graph: bool = False,
+    cuda_graph: bool | None = None,
 ) -> GenerateReport:
     """Continue ``prompt`` with SOURCE (see the module docstring); the report of it."""
     from zebractl.generate import engine
@@ -150,7 +152,7 @@ def open_chat(
     dtype: str,
     checkpoint: str | None,
     console: Callable[[str], None],
-    cuda_graph: bool = False,
+    cuda_graph: bool | None = None,
 ) -> Any:
     """A :class:`zebractl.generate.chat.ChatSession` on SOURCE."""
     from zebractl.generate.chat import ChatSession, template_for
