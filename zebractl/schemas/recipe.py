@@ -296,6 +296,12 @@ class KernelsConfig(StrictModel):
     run reads its data and builds its model (one forward + backward on throwaway weights, the
     run's random state untouched): a shorter first step on a cold kernel cache. Only on CUDA with
     FLA kernels; false: the first step compiles them."""
+    precompile_tilelang: Literal["thread", "process"] = "thread"
+    """With precompile on, where KDA's TileLang backward kernel (FLA's, tens of seconds of nvcc on
+    a cold cache) is compiled: thread (beside the Triton kernels, once setup has imported FLA) or
+    process (a Python process of its own started at launch, before the run imports torch,
+    megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
+    kernel over). Nothing changes on a warm cache or in what is trained."""
 
 
 class RecomputeConfig(StrictModel):

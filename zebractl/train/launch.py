@@ -239,6 +239,11 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
         cache = kernel_cache.configure()
         if cache is not None and rank == 0:
             console(cache.describe())
+        # kernels.precompile_tilelang: process: KDA's TileLang kernel compiles from here on, in a
+        # process of its own, while this one imports and sets up
+        from zebractl.train import tilelang_build
+
+        tilelang_build.spawn(r.run)
 
         from zebractl.run.records import ResolvedConfigRecord
         from zebractl.train.progress import RichBar

@@ -19,7 +19,6 @@ without it; :meth:`Precompile.join` (before the first step) waits for it. Off wi
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -102,43 +101,19 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
 
 
 def tilelang_builds(cfg: RunConfig) -> list[Any]:
-    """Zero-argument builders of the TileLang kernels FLA will compile for ``cfg``'s training step.
+    """Zero-argument builders of the TileLang kernels FLA will compile for ``cfg``'s training step
+    (:mod:`zebractl.train.tilelang_build`), each run in a helper thread beside the Triton
+    compiles: KDA's backward built here, or, where the launcher started its process
+    (``kernels.precompile_tilelang: process``), a wait for that process. Empty where FLA runs no
+    TileLang kernel (or anything is unexpected: FLA then compiles it itself as before)."""
+    from zebractl.train import tilelang_build
 
-    FLA 0.6.0 runs KDA's fused backward (``chunk_kda_bwd_wy_dqkg_fused``) as a TileLang kernel
-    whenever its TileLang backend can be used (tilelang and nvcc present, not disabled by
-    ``FLA_TILELANG=0``) and k and v have as many heads; the kernel is specialised on the batch size,
-    the head counts and dims, and compiled (33 s of nvcc on the H200 machine) the first time. Built
-    here with the arguments FLA's wrapper derives (fla/ops/kda/backends/tilelang/chunk_bwd_dqkg.py),
-    in a thread of its own, it lands in TileLang's cache while the precompile thread runs the
-    Triton kernels, and FLA's own call finds it there. Anything unexpected (another FLA version, a
-    changed signature) leaves the list empty: FLA then compiles the kernel itself as before."""
-    if "kda" not in cfg.model.sublayers:
-        return []
-    try:
-        import triton
-        from fla.backends import _DISPATCH_DISABLED, TileLangBackend
-        from fla.ops.kda.backends.tilelang.chunk_bwd_dqkg import _build_kda_bwd_kernel
-        from fla.utils import check_shared_mem
-
-        if _DISPATCH_DISABLED or not TileLangBackend.can_use():
-            return []
-        d = cfg.model.linear_attention_dims("kda")
-        if d.num_v_heads != d.num_heads:  # FLA's TileLang kernel refuses GQA: Triton runs it
-            return []
-        k, v = d.head_k_dim, d.head_v_dim
-        tiling = 64 if check_shared_mem() else 32
-        bk = min(max(triton.next_power_of_2(k), 16), tiling)
-        bv = min(max(triton.next_power_of_2(v), 16), tiling)
-        args = (cfg.batch.micro, d.num_heads, k, v, 64, bk, bv, k, v, "bfloat16", False, False)
-    except Exception:  # noqa: BLE001 - best effort: FLA compiles it on first use otherwise
-        return []
-
-    def build() -> None:
-        # on failure FLA compiles it itself at the first backward
-        with contextlib.suppress(Exception):
-            _build_kda_bwd_kernel(*args, num_warps=8 if k <= 64 else 4)
-
-    return [build]
+    proc = tilelang_build.spawned(cfg)
+    if proc is not None:
+        return [proc.wait]
+    shapes = tilelang_build.spec(cfg)
+    build = None if shapes is None else tilelang_build.prepare(**shapes)
+    return [] if build is None else [build]
 
 
 def exercise(
