@@ -1,0 +1,72 @@
+"""benchmarks/coldstart.py: each run is a fresh process with a fresh kernel cache, timed to setup's
+first line, the background compilation's line and iteration 1; a run that fails is its row's error.
+A stand-in interpreter prints what `zebractl train` prints (no training: the timing logic only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+from pathlib import Path
+
+FAKE = """#!/bin/sh
+# a stand-in for `python -m zebractl train ...`: the lines the marks look for
+echo "kernel cache $ZEBRACTL_CACHE_DIR" >> "$COLDSTART_SEEN"
+echo "TRITON=${TRITON_CACHE_DIR:-unset}" >> "$COLDSTART_SEEN"
+echo "$@" >> "$COLDSTART_SEEN"
+echo "kernel cache x (shipped set y)"
+echo "training kda_300M: Pure KDA"
+echo "kernels compiled in the background in 1.0 s (setup waited 0.5 s)"
+echo "iter 1/2 (50%) | loss 11.9"
+case "$*" in *fail=yes*) echo "error: out of memory"; exit 3 ;; esac
+"""
+
+
+def _mod():
+    path = Path(__file__).parents[2] / "benchmarks" / "coldstart.py"
+    spec = importlib.util.spec_from_file_location("coldstart", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("COLDSTART_SEEN", str(seen))
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/warm")  # a warm cache must not leak in
+    out = tmp_path / "cold.json"
+    code = _mod().main([
+        "--data", "/data", "--python", str(fake), "--variant", "thread=",
+        "--variant", "process=kernels.precompile_tilelang=process,fail=yes",
+        "--order", "thread,process,thread", "--prime", "--json-out", str(out),
+    ])  # fmt: skip
+    assert code == 1  # one variant's runs failed
+    doc = json.loads(out.read_text())
+    assert doc["order"] == ["thread", "thread", "process", "thread"]
+    rows = doc["rows"]
+    assert [r["prime"] for r in rows] == [True, False, False, False]
+    for r in rows:
+        assert 0 <= r["setup_s"] <= r["compiled_s"] <= r["first_iteration_s"], r
+    assert [r["error"] for r in rows] == [None, None, "exit 3: error: out of memory", None]
+    assert doc["summary"]["thread"]["runs"] == 2 and doc["summary"]["process"]["runs"] == 1
+    lines = seen.read_text().splitlines()
+    caches = [ln for ln in lines if ln.startswith("kernel cache")]
+    assert len(set(caches)) == 4  # a new cache folder per run
+    assert {ln for ln in lines if ln.startswith("TRITON=")} == {"TRITON=unset"}
+    argv = [ln for ln in lines if "train" in ln]
+    assert all("--set schedule.iterations=2" in ln and "--set data.paths=[{path: /data}]" in ln
+               for ln in argv)  # fmt: skip
+    assert "kernels.precompile_tilelang=process" in argv[2] and "precompile_tilelang" not in argv[1]
+
+
+def test_an_order_naming_no_variant_is_a_usage_error(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        _mod().main(["--data", "/d", "--variant", "a=", "--order", "a,b"])
+    assert exc.value.code == 2 and "--order names no --variant: b" in capsys.readouterr().err
+    assert os.environ.get("COLDSTART_SEEN") is None
