@@ -20,7 +20,9 @@ zebra`` would, cast whole to --dtype (as ``zebractl generate --dtype`` loads it)
   64, ``--llama-kv-heads``, default a quarter of the heads as Llama 3), random weights, a
   ``StaticCache`` for the whole generation.
 - ``hf_generate``: the export's plain ``model.generate()`` through transformers (greedy; the prompt
-  in one piece; per-token times from a streamer).
+  in one piece; per-token times from a streamer). ``hf_generate_before``: the same with the export's
+  class as it was before the generation cache (``benchmarks/baselines/hf_modeling_55bdf6d.py``:
+  MLA's full keys and values concatenated every step), the same weights.
 
 A row: a random prompt of ``context`` tokens prefilled (in pieces of --prefill-chunk, but
 ``hf_generate``), --warmup greedy tokens, then --new-tokens greedy tokens each timed to a
@@ -48,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-IMPLS = ("engine", "engine_graph", "fla", "llama", "hf_generate")
+IMPLS = ("engine", "engine_graph", "fla", "llama", "hf_generate", "hf_generate_before")
+BEFORE = Path(__file__).resolve().parent / "baselines" / "hf_modeling_55bdf6d.py"
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -80,6 +83,23 @@ def build_ours(m: Any, device: str, dtype: torch.dtype, seed: int) -> Any:
         raise RuntimeError(f"export: missing {missing}, unexpected {unexpected}")
     del ours, sd, theirs
     return hf.to(dtype).eval()
+
+
+def build_before(ours: Any) -> Any:
+    """The export's class before the generation cache (:data:`BEFORE`) with ``ours``' weights."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_modeling_55bdf6d", BEFORE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    device, dtype = next(ours.parameters()).device, next(ours.parameters()).dtype
+    with torch.device(device):
+        model = mod.ZebraForCausalLM(ours.config)
+    missing, unexpected = model.load_state_dict(ours.state_dict(), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise RuntimeError(f"before: missing {missing}, unexpected {unexpected}")
+    return model.to(dtype).eval()
 
 
 def build_fla(m: Any, ours: Any, device: str, dtype: torch.dtype) -> Any:
@@ -279,14 +299,16 @@ def measure_generate(model: Any, prompt: list[int], args: Any) -> dict[str, Any]
     sync(dev)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        model.generate(input_ids=x, max_new_tokens=total, min_new_tokens=total, do_sample=False,
-                       streamer=clock, pad_token_id=0)  # fmt: skip
+        seq = model.generate(input_ids=x, max_new_tokens=total, min_new_tokens=total,
+                             do_sample=False, streamer=clock, pad_token_id=0)  # fmt: skip
     gaps = [b - a for a, b in zip(clock.stamps[1:], clock.stamps[2:], strict=False)]
     times = gaps[args.warmup :]  # stamps: the prompt, then each new token
     return {
         "prefill_s": clock.stamps[1] - t0,
         "decode_tok_s": len(times) / sum(times) if times else None,
         "token_ms_median": 1e3 * statistics.median(times) if times else None,
+        # the engine's timed tokens begin one later (its first comes with the prefill): aligned
+        "tokens": seq[0, len(prompt) + args.warmup + 1 :].tolist(),
     }
 
 
@@ -294,6 +316,8 @@ def build(impl: str, m: Any, ours: Any, args: argparse.Namespace) -> Any:
     dev, dtype = args.device, DTYPES[args.dtype]
     if impl in ("engine", "engine_graph", "hf_generate"):
         return ours
+    if impl == "hf_generate_before":
+        return build_before(ours)
     if impl == "fla":
         if not dev.startswith("cuda"):
             raise RuntimeError("FLA's classes decode with a cache on CUDA only")
@@ -306,7 +330,7 @@ def one(
 ) -> dict[str, Any]:
     a = argparse.Namespace(**{**vars(args), "new_tokens": n})
     a.prefill_chunk = chunk or a.prefill_chunk
-    if impl == "hf_generate":
+    if impl.startswith("hf_generate"):
         return measure_generate(model, prompt, a)
     return measure(impl, model, m, prompt, a)
 
