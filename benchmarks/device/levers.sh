@@ -15,10 +15,18 @@
 #            iterations at micro 16 with the defaults and with both Mamba2 levers off (fp32 scan,
 #            eager glue) from the same seed, then `zebractl compare` (curves.compare.json);
 #   profile  benchmarks/profile_step.py of kda_300M (defaults) and the hybrid (ours_mamba_fast).
+# Only when named in LEVERS_STEPS (not in the default list):
+#   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site);
+#   coldstart  benchmarks/coldstart.py, kda_300M: kernels.precompile_tilelang thread against process,
+#            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache;
+#   decode   benchmarks/decode_bench.py: kda_300M and zebra_mamba_1B_hybrid_1gpu at 1k/8k/32k, the
+#            engine eager and graphed, the dense Llama and generate() before the generation cache.
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
 # LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
 # FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
-# run, by name or the part before its first underscore (e.g. "bench curves"; default all). A second
+# run, by name or the part before its first underscore (e.g. "bench curves"; default "bench curves
+# profile"; the cold start and decode steps take a command each: LEVERS_STEPS="startup coldstart",
+# then LEVERS_STEPS=decode on the same warm machine). A second
 # call on the same (warm) machine reuses the unpacked packages and data.
 # Files in $OUT: levers.log (everything), bench_*.json, curve*, profile_*.md, tests.log.
 set -uo pipefail
@@ -31,7 +39,7 @@ T0=$(date +%s)
 say() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 run() {  # run LIMIT NAME CMD...: the command under timeout, its output appended to the log
   local limit=$1 name=$2 left; shift 2
-  case " ${LEVERS_STEPS:-$name} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
+  case " ${LEVERS_STEPS:-bench curves profile} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
   left=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) ))  # the whole job ends inside one 10-minute command
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 20 ]; then say "$name: skipped, no time left"; return; fi
@@ -77,5 +85,12 @@ for spec in "kda_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours_mamba_fast"; do
   cp "/tmp/prof_${preset}/profile.md" "$OUT/profile_${preset}_${impl}_micro$micro.md" 2>/dev/null
 done
 fi
+run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
+run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime \
+  --variant thread= --variant process=kernels.precompile_tilelang=process \
+  --order thread,process,thread,process --timeout 150 --json-out "$OUT/coldstart.json"
+run 400 decode "$PY" benchmarks/decode_bench.py --presets kda_300M zebra_mamba_1B_hybrid_1gpu \
+  --impls engine engine_graph llama hf_generate_before --contexts 1024 8192 32768 \
+  --new-tokens 32 --budget-s 330 --json-out "$OUT/decode.json"
 say "done"
 "$PY" benchmarks/device/levers_table.py < "$LOG" | tee "$OUT/table.txt"
