@@ -4,11 +4,9 @@ A stand-in interpreter prints what `zebractl train` prints (no training: the tim
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
-from pathlib import Path
 
 FAKE = """#!/bin/sh
 # a stand-in for `python -m zebractl train ...`: the lines the marks look for
@@ -23,15 +21,7 @@ case "$*" in *fail=yes*) echo "error: out of memory"; exit 3 ;; esac
 """
 
 
-def _mod():
-    path = Path(__file__).parents[2] / "benchmarks" / "coldstart.py"
-    spec = importlib.util.spec_from_file_location("coldstart", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch):
+def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch, script):
     fake = tmp_path / "python"
     fake.write_text(FAKE)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
@@ -39,7 +29,7 @@ def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COLDSTART_SEEN", str(seen))
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/warm")  # a warm cache must not leak in
     out = tmp_path / "cold.json"
-    code = _mod().main([
+    code = script("coldstart").main([
         "--data", "/data", "--python", str(fake), "--variant", "thread=",
         "--variant", "process=kernels.precompile_tilelang=process,fail=yes",
         "--order", "thread,process,thread", "--prime", "--json-out", str(out),
@@ -63,10 +53,10 @@ def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch):
     assert "kernels.precompile_tilelang=process" in argv[2] and "precompile_tilelang" not in argv[1]
 
 
-def test_an_order_naming_no_variant_is_a_usage_error(tmp_path, capsys):
+def test_an_order_naming_no_variant_is_a_usage_error(tmp_path, capsys, script):
     import pytest
 
     with pytest.raises(SystemExit) as exc:
-        _mod().main(["--data", "/d", "--variant", "a=", "--order", "a,b"])
+        script("coldstart").main(["--data", "/d", "--variant", "a=", "--order", "a,b"])
     assert exc.value.code == 2 and "--order names no --variant: b" in capsys.readouterr().err
     assert os.environ.get("COLDSTART_SEEN") is None

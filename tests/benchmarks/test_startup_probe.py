@@ -3,25 +3,15 @@ error, never the probe's."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
 
-def _probe():
-    path = Path(__file__).parents[2] / "benchmarks" / "startup_probe.py"
-    spec = importlib.util.spec_from_file_location("startup_probe", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_every_stage_is_timed_and_a_failure_is_its_rows_error(tmp_path, monkeypatch):
-    probe = _probe()
+def test_every_stage_is_timed_and_a_failure_is_its_rows_error(tmp_path, monkeypatch, script):
+    probe = script("startup_probe")
 
     def broken() -> None:
         raise ModuleNotFoundError("No module named 'tilelang'")
