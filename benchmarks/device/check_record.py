@@ -543,13 +543,37 @@ def _gpu_apps(job: Path) -> int | None:
     return None if text is None else len([x for x in text.splitlines() if x.strip()])
 
 
+COLLECTED = re.compile(
+    r"(\d+) workers \[(\d+) items?\]"
+    r"|collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?"
+)
+
+
+def _selected(job: Path) -> int | None:
+    """How many tests pytest was to run (its collection line in logs/tests.log), or None."""
+    text = read_text(job / "logs" / "tests.log") or ""
+    m = COLLECTED.search(text)
+    if m is None:
+        return None
+    if m.group(2):
+        return int(m.group(2))
+    collected, deselected, selected = (int(g) if g else None for g in m.group(3, 4, 5))
+    if selected is not None:
+        return selected
+    return collected - (deselected or 0) if collected is not None else None
+
+
 def _refine(phases: dict, sections: dict, steps: list[dict[str, str]], job: Path) -> None:
     """A phase whose commands exited 0 is ok only if its results are there; a failure's reason
     says what the results say (failed tests, tolerances) before what the exit code says."""
     t = phases["tests"]
     res = sections["tests"]
     if t["status"] in ("ok", "failed") and res is not None:
-        cut = any(s["phase"] == "tests" and s["status"] == "timeout" for s in steps)
+        timed_out = any(s["phase"] == "tests" and s["status"] == "timeout" for s in steps)
+        selected = _selected(job)
+        # every selected test reported: pytest had ended, its process only just after the limit
+        cut = timed_out and not (selected is not None and res["total"] >= selected)
+        res["selected"] = selected
         res["interrupted"] = cut
         what = [
             f"{res['failed']} failed" if res["failed"] else "",
@@ -568,6 +592,8 @@ def _refine(phases: dict, sections: dict, steps: list[dict[str, str]], job: Path
         elif res["passed"] == 0:
             t["status"] = "failed"
             t["reason"] = f"no test passed ({res['skipped']} skipped)"
+        elif timed_out:  # the limit was the phase's only failure, and it cut nothing
+            t["status"], t["reason"] = "ok", None
     elif t["status"] == "ok" and res is None:
         t["status"], t["reason"] = "failed", "pytest exited 0 but left no junit XML or log"
 

@@ -360,3 +360,35 @@ def test_the_save_stall_separates_a_saves_own_pause_from_the_wait_for_the_one_be
     }
     (job / "logs/stall_kda_300M.log").write_text("saved /r/checkpoints/iter_0000003 in 6.8 s\n")
     assert cr.save_stall(job)["own_s"] == [6.8] and cr.save_stall(job)["mode"] == "blocking"
+
+
+def test_a_time_limit_after_every_selected_test_reported_is_no_cut(cr, tmp_path):
+    """9e2cf5a (H100): pytest printed "5 passed" and its process ended 4 s later, past the phase's
+    limit; the record said "stopped at the time limit". Every selected test reported: not cut."""
+    for i, (line, cut) in enumerate((
+        ("09:10:09.434 6 workers [5 items]", False),
+        ("09:12:36.896 collecting ... collected 457 items / 452 deselected / 5 selected", False),
+        ("08:47:11.256 6 workers [52 items]", True),  # 775f8db: 38 of 52 reported
+        ("collected 5 items", False),
+    )):  # fmt: skip
+        job = _job(tmp_path / str(i))
+        (job / "logs/tests.log").write_text(f"{line}\nPASSED tests/x.py::a\n")
+        rec = json.loads(cr.write(job, tmp_path / str(i) / "out").read_text())
+        t = rec["tests"]
+        assert t["total"] == 5 and t["interrupted"] is cut, (line, t)
+        assert t["selected"] == (52 if cut else 5)
+        want = "1 failed, 1 errors" + ("; stopped at the time limit after 5 tests" if cut else "")
+        assert t["reason"] == want and t["status"] == "failed", (line, t["reason"])
+
+
+def test_a_complete_run_past_the_limit_is_ok(cr, tmp_path):
+    job = _job(tmp_path)
+    (job / "junit.xml").write_text(
+        '<testsuites><testsuite name="pytest" tests="2">'
+        '<testcase classname="tests.a" name="t1" time="1.0"/>'
+        '<testcase classname="tests.a" name="t2" time="2.0"/></testsuite></testsuites>'
+    )
+    (job / "logs/tests.log").write_text("collected 9 items / 7 deselected / 2 selected\n")
+    rec = json.loads(cr.write(job, tmp_path / "out").read_text())
+    assert rec["tests"]["passed"] == 2 and rec["tests"]["interrupted"] is False
+    assert rec["phases"]["tests"]["status"] == "ok", rec["phases"]["tests"]
