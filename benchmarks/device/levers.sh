@@ -20,7 +20,8 @@
 #   coldstart  benchmarks/coldstart.py, kda_300M: kernels.precompile_tilelang thread against process,
 #            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache;
 #   decode   benchmarks/decode_bench.py: kda_300M and zebra_mamba_1B_hybrid_1gpu at 1k/8k/32k, the
-#            engine eager and graphed, the dense Llama and generate() before the generation cache.
+#            engine eager and graphed, FLA's class (kda_300M), the dense Llama and generate() before
+#            the generation cache.
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
 # LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
 # FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
@@ -90,7 +91,7 @@ run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu
   --variant thread= --variant process=kernels.precompile_tilelang=process \
   --order thread,process,thread,process --timeout 150 --json-out "$OUT/coldstart.json"
 run 400 decode "$PY" benchmarks/decode_bench.py --presets kda_300M zebra_mamba_1B_hybrid_1gpu \
-  --impls engine engine_graph llama hf_generate_before --contexts 1024 8192 32768 \
+  --impls engine engine_graph fla llama hf_generate_before --contexts 1024 8192 32768 \
   --new-tokens 32 --budget-s 330 --json-out "$OUT/decode.json"
 say "done"
 "$PY" benchmarks/device/levers_table.py < "$LOG" | tee "$OUT/table.txt"
