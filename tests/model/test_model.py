@@ -282,6 +282,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     source = inspect.getsource(ops) + inspect.getsource(layers)  # layers: fp8_mlp picks the MLP
     elsewhere = {  # not how ops compute
         "precompile": (precompile, "cfg.kernels.precompile"),
+        "precompile_tilelang": (precompile, "cfg.kernels.precompile_tilelang"),
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
     }

@@ -115,3 +115,15 @@ def test_the_power_of_two_matches_tritons():
     assert [tilelang_build._next_power_of_2(n) for n in (1, 2, 3, 16, 17, 64, 100, 128)] == [
         1, 2, 4, 16, 32, 64, 128, 128
     ]  # fmt: skip
+
+
+def test_the_trainer_without_the_launcher_starts_it_too(fast, popen):
+    """precompile.start (the trainer's setup) starts the process where the launcher did not (the
+    Python API), and finds the launcher's where it did: one process either way."""
+    import types
+
+    on = fast.resolve("tiny_kda", "kernels.precompile_tilelang=process").run
+    precompile.start(on, types.SimpleNamespace(type="cpu"))
+    assert len(popen) == 1
+    precompile.start(on, types.SimpleNamespace(type="cpu"))
+    assert len(popen) == 1 and tilelang_build.spawned(on) is popen[0]

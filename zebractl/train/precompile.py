@@ -62,6 +62,12 @@ class Precompile:
 def start(cfg: RunConfig, device: Any) -> Precompile | None:
     """Start compiling ``cfg``'s kernels for ``device`` in a thread (None where nothing would be
     compiled: CPU, the torch backend, ``kernels.precompile: false``)."""
+    if cfg.kernels.precompile and cfg.kernels.precompile_tilelang == "process":
+        # started by the launcher already (then this is that process), or now: the trainer run
+        # without the launcher (the Python API); nothing without a GPU
+        from zebractl.train import tilelang_build
+
+        tilelang_build.spawn(cfg)
     if not cfg.kernels.precompile or device.type != "cuda" or cfg.kernels.backend == "torch":
         return None
     from zebractl.model.model import kernel_options
