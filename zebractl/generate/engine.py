@@ -176,6 +176,7 @@ def generate(
     if fresh:
         dec.reset(len(prompt_ids) + max_new_tokens)
     t0 = time.perf_counter()
+    t1: float | None = None  # the decode's start, once the prompt has run
     emitted = 0
     try:
         logits = dec.feed(prompt_ids)
@@ -211,6 +212,8 @@ def generate(
         out.decode_seconds = time.perf_counter() - t1
     except KeyboardInterrupt:
         out.stop_reason = "interrupted"
+        if t1 is not None:  # the tokens decoded so far have their rate too
+            out.decode_seconds = time.perf_counter() - t1
     if on_text is not None and len(out.text) > emitted:
         on_text(out.text[emitted:])
     return out
