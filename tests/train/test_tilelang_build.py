@@ -111,12 +111,6 @@ def test_the_process_entry_point(monkeypatch):
     assert tilelang_build.main([json.dumps({"batch": 1, "heads": 1, "k": 16, "v": 16})]) == 0
 
 
-def test_the_power_of_two_matches_tritons():
-    assert [tilelang_build._next_power_of_2(n) for n in (1, 2, 3, 16, 17, 64, 100, 128)] == [
-        1, 2, 4, 16, 32, 64, 128, 128
-    ]  # fmt: skip
-
-
 def test_the_trainer_without_the_launcher_starts_it_too(fast, popen):
     """precompile.start (the trainer's setup) starts the process where the launcher did not (the
     Python API), and finds the launcher's where it did: one process either way."""

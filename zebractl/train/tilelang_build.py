@@ -47,14 +47,11 @@ def spec(cfg: RunConfig) -> dict[str, int] | None:
     return {"batch": cfg.batch.micro, "heads": d.num_heads, "k": d.head_k_dim, "v": d.head_v_dim}
 
 
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def prepare(batch: int, heads: int, k: int, v: int) -> Callable[[], None] | None:
     """A zero-argument build of KDA's TileLang backward for these shapes, or None where FLA would
     not use TileLang here (or FLA is another version). Imports FLA and TileLang."""
     try:
+        import triton
         from fla.backends import _DISPATCH_DISABLED, TileLangBackend
         from fla.ops.kda.backends.tilelang.chunk_bwd_dqkg import _build_kda_bwd_kernel
         from fla.utils import check_shared_mem
@@ -62,8 +59,8 @@ def prepare(batch: int, heads: int, k: int, v: int) -> Callable[[], None] | None
         if _DISPATCH_DISABLED or not TileLangBackend.can_use():
             return None
         tiling = 64 if check_shared_mem() else 32
-        bk = min(max(_next_power_of_2(k), 16), tiling)
-        bv = min(max(_next_power_of_2(v), 16), tiling)
+        bk = min(max(triton.next_power_of_2(k), 16), tiling)
+        bv = min(max(triton.next_power_of_2(v), 16), tiling)
         args = (batch, heads, k, v, 64, bk, bv, k, v, "bfloat16", False, False)
     except Exception:  # noqa: BLE001 - best effort: FLA compiles it on first use otherwise
         return None
