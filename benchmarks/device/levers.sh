@@ -14,7 +14,9 @@
 #   curves   benchmarks/device/curves.sh: zebra_mamba_300M_hybrid trained LEVERS_CURVE_ITERS (200)
 #            iterations at micro 16 with the defaults and with both Mamba2 levers off (fp32 scan,
 #            eager glue) from the same seed, then `zebractl compare` (curves.compare.json);
-#   profile  benchmarks/profile_step.py of kda_300M (defaults) and the hybrid (ours_mamba_fast).
+#   profile  benchmarks/profile_step.py of kda_300M, gdn_300M (micro M) and zebra_mamba_300M_hybrid
+#            (micro 16), the defaults: profile_*.md and .json;
+#   gputests  pytest -m gpu over LEVERS_PYTEST_ARGS (default: tests/generate tests/convert).
 # Only when named in LEVERS_STEPS (not in the default list):
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site);
 #   coldstart  benchmarks/coldstart.py, kda_300M: kernels.precompile_tilelang thread against process,
@@ -79,13 +81,16 @@ run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hy
   zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
 run 300 curves bash benchmarks/device/curves.sh "$DATA" "$OUT" zebra_mamba_300M_hybrid \
   "$CURVE_ITERS" 16 --set kernels.ssd_precision=fp32 --set kernels.compile=none
-for spec in "kda_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours_mamba_fast"; do
+for spec in "kda_300M:$M:ours" "gdn_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours"; do
   IFS=: read -r preset micro impl <<< "$spec"
-  run 60 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
+  run 100 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
     --micro "$micro" --impl "$impl" --out "/tmp/prof_${preset}"
   cp "/tmp/prof_${preset}/profile.md" "$OUT/profile_${preset}_${impl}_micro$micro.md" 2>/dev/null
+  cp "/tmp/prof_${preset}/profile.json" "$OUT/profile_${preset}_${impl}_micro$micro.json" 2>/dev/null
 done
 fi
+run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
+  --junitxml "$OUT/gputests.junit.xml" ${LEVERS_PYTEST_ARGS:-tests/generate tests/convert}
 run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
 run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime \
   --variant thread= --variant process=kernels.precompile_tilelang=process \
