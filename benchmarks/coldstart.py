@@ -7,7 +7,8 @@ kernels compiled -> the end of iteration 1, each run a fresh process with a fres
         --order thread,process,thread,process --json-out coldstart.json
 
 ``--variant NAME=SET[,SET...]``: the `--set` values of a variant (empty: the recipe as shipped).
-``--order``: the runs, one after the other (repeat variants and alternate them: the first run of a
+``--micro N``: micro = global batch N (the recipe's global batch on one GPU is many micro-steps
+per iteration, and kda_300M's micro 64 does not fit an 80 GB GPU: 32 there). ``--order``: the runs, one after the other (repeat variants and alternate them: the first run of a
 fresh machine also pays the cold page cache of every library; ``--prime`` runs one throwaway run of
 the first variant before, not counted). Each run: `python -m zebractl train RECIPE` with the data,
 one GPU, 2 iterations, no checkpoint, logging every iteration, ``ZEBRACTL_CACHE_DIR`` a new folder
@@ -46,12 +47,17 @@ CACHE_VARS = (
 )
 
 
-def command(recipe: str, data: str, out: Path, sets: list[str], python: str) -> list[str]:
+def command(
+    recipe: str, data: str, out: Path, sets: list[str], python: str, micro: int | None = None
+) -> list[str]:
+    """The train command of one run; ``micro``: micro = global batch (none: the recipe's)."""
     base = [
         f"data.paths=[{{path: {data}}}]", "data.tokenizer=null", "parallelism.num_gpus=1",
         "validation=null", "logging.tensorboard=false", "logging.interval=1",
         "schedule.iterations=2", "schedule.warmup_iterations=1", "checkpoint.enabled=false",
     ]  # fmt: skip
+    if micro is not None:
+        base += [f"batch.micro={micro}", f"batch.global={micro}"]
     args = [x for s in (*base, *sets) for x in ("--set", s)]
     return [python, "-m", "zebractl", "train", recipe, *args, "--output", str(out)]
 
@@ -114,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--prime", action="store_true", help="a throwaway run of the first variant first"
     )
+    ap.add_argument(
+        "--micro", type=int, help="micro = global batch (default: the recipe's; 32 on an 80 GB GPU)"
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json-out", type=Path)
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
         for i, name in enumerate(order):
             run_dir = Path(tmp) / f"run{i}"
-            cmd = command(a.recipe, a.data, run_dir, variants[name], a.python)
+            cmd = command(a.recipe, a.data, run_dir, variants[name], a.python, a.micro)
             row = one(name, cmd, Path(tmp) / f"cache{i}", a.timeout)
             row["prime"] = bool(a.prime and i == 0)
             rows.append(row)

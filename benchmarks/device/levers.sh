@@ -92,11 +92,14 @@ fi
 run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
   --junitxml "$OUT/gputests.junit.xml" ${LEVERS_PYTEST_ARGS:-tests/generate tests/convert}
 run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
-run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime \
+run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime --micro "$M" \
   --variant thread= --variant process=kernels.precompile_tilelang=process \
   --order thread,process,thread,process --timeout 150 --json-out "$OUT/coldstart.json"
+# the bench's own budget ends a minute before the step's limit, so its JSON is written
+DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))
+[ "$DECODE_BUDGET" -gt 330 ] && DECODE_BUDGET=330
 run 400 decode "$PY" benchmarks/decode_bench.py --presets kda_300M zebra_mamba_1B_hybrid_1gpu \
-  --impls engine engine_graph fla llama hf_generate_before --contexts 1024 8192 32768 \
-  --new-tokens 32 --budget-s 330 --json-out "$OUT/decode.json"
+  --impls ${LEVERS_DECODE_IMPLS:-engine engine_graph fla llama hf_generate_before} \
+  --contexts 1024 8192 32768 --new-tokens 32 --budget-s "$DECODE_BUDGET" --json-out "$OUT/decode.json"
 say "done"
 "$PY" benchmarks/device/levers_table.py < "$LOG" | tee "$OUT/table.txt"

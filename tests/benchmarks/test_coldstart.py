@@ -32,7 +32,7 @@ def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch, sc
     code = script("coldstart").main([
         "--data", "/data", "--python", str(fake), "--variant", "thread=",
         "--variant", "process=kernels.precompile_tilelang=process,fail=yes",
-        "--order", "thread,process,thread", "--prime", "--json-out", str(out),
+        "--order", "thread,process,thread", "--prime", "--micro", "32", "--json-out", str(out),
     ])  # fmt: skip
     assert code == 1  # one variant's runs failed
     doc = json.loads(out.read_text())
@@ -49,7 +49,7 @@ def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch, sc
     assert {ln for ln in lines if ln.startswith("TRITON=")} == {"TRITON=unset"}
     argv = [ln for ln in lines if "train" in ln]
     assert all("--set schedule.iterations=2" in ln and "--set data.paths=[{path: /data}]" in ln
-               for ln in argv)  # fmt: skip
+               and "--set batch.micro=32 --set batch.global=32" in ln for ln in argv)  # fmt: skip
     assert "kernels.precompile_tilelang=process" in argv[2] and "precompile_tilelang" not in argv[1]
 
 
