@@ -65,7 +65,7 @@ def variants():
         return run
 
     def ours(chunks: int):
-        return lambda x, w, y: linear_cross_entropy(x, w, y, num_chunks=chunks, fla_ce=True)
+        return lambda x, w, y: linear_cross_entropy(x, w, y, num_chunks=chunks, ce_kernel="fla")
 
     for chunks in (8, 32):
         yield f"fla_default_nc{chunks}", fla(True, chunks)

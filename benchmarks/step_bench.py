@@ -110,7 +110,9 @@ class OurLoss(torch.nn.Module):
         assert bias is None
         h = hidden.reshape(-1, hidden.shape[-1])
         y = labels.reshape(-1)
-        loss = linear_cross_entropy(h, weight, y, num_chunks=self.num_chunks, fla_ce=h.is_cuda)
+        loss = linear_cross_entropy(
+            h, weight, y, num_chunks=self.num_chunks, ce_kernel="fla" if h.is_cuda else "torch"
+        )
         return loss / (y != self.ignore_index).sum().clamp_min(1)
 
 
@@ -139,6 +141,7 @@ OURS_SETS = {
         "kernels.ssd_precision=mixed",
         "kernels.compile=glue",
     ],
+    "ours_ce_one_pass": ["kernels.cross_entropy=one_pass"],
     "ours_chunks32": ["kernels.fused_ce_chunks=32"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
     "ours_chunks4": ["kernels.fused_ce_chunks=4"],

@@ -143,7 +143,7 @@ def test_gpu_fla_path_accuracy_against_fp64_and_fla():
 
     x, w, y = _inputs(n=8192, h=256, v=32000, dtype=torch.bfloat16, device="cuda")
     _, _, dw_ref = _reference(x, w, y)
-    _, _, dw = _ours(x, w, y, 8, fla_ce=True)
+    _, _, dw = _ours(x, w, y, 8, ce_kernel="fla")
     ours = _rel(dw, dw_ref)
 
     def fla_dw(acc32: bool) -> torch.Tensor:

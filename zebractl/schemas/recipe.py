@@ -257,6 +257,13 @@ class KernelsConfig(StrictModel):
     """Chunked LM head + loss that never materialises the [tokens x vocab] logits: bf16
     tensor-core products with the weight gradient accumulated in fp32 (zebractl's; FLA's Triton
     cross-entropy kernels on the fla backend). false: full logits in fp32 (memory-hungry)."""
+    cross_entropy: Literal["fla", "one_pass"] = "fla"
+    """The fused LM-head loss's softmax kernel on the fla backend: fla = FLA's two kernels (a
+    forward reading each chunk of logits for the log-sum-exp, a backward reading them again and
+    writing the gradient over them: 18.5 ms of kda_300M's 288 ms step at micro-batch 32 on an H100,
+    benchmarks/README.md, 2026-12-06); one_pass = zebractl's, one kernel per chunk whose programs
+    each sweep a row twice, the second sweep from the L2 cache (the same arithmetic in fp32, the
+    gradient rounded once). Not yet measured on a GPU: opt-in. The torch backend: no effect."""
     fused_ce_chunks: int = Field(32, gt=0, le=4096)
     """Token chunks of the fused LM-head loss (more chunks: less memory, more GEMM launches)."""
     kda_gate_in_kernel: bool = True

@@ -420,20 +420,22 @@ def lm_loss(
 
     With ``kernels.fused_linear_cross_entropy`` the ``[tokens x vocab]`` logits are never
     materialised (:mod:`zebractl.model.ops.lm_head`: chunked, bf16 tensor-core products with fp32
-    accumulation of the weight gradient; FLA's Triton cross-entropy on the fla backend).
+    accumulation of the weight gradient; on the fla backend the softmax part on FLA's Triton
+    cross-entropy kernels or zebractl's one-pass kernel, ``kernels.cross_entropy``).
     """
     h = hidden.reshape(-1, hidden.shape[-1])
     y = labels.reshape(-1)
     if opts.kernels.fused_linear_cross_entropy:
         from zebractl.model.ops.lm_head import linear_cross_entropy
 
+        kernel = opts.kernels.cross_entropy  # read on every backend (the torch one has no choice)
         return linear_cross_entropy(
             h,
             weight,
             y,
             num_chunks=opts.kernels.fused_ce_chunks,
             ignore_index=ignore_index,
-            fla_ce=opts.backend == "fla",
+            ce_kernel=kernel if opts.backend == "fla" else "torch",
         )
     logits = F.linear(h, weight).float()
     return F.cross_entropy(logits, y, ignore_index=ignore_index, reduction="sum")

@@ -18,7 +18,8 @@ Per chunk (C tokens, V vocabulary, H hidden), in the compute dtype:
 
 1. ``logits = x_c @ W.T`` (a bf16 GEMM, ``[C, V]``);
 2. loss and ``dlogits = softmax(logits) - onehot(label)`` in fp32 arithmetic, written over the
-   logits in place (FLA's Triton cross-entropy kernels on CUDA; torch on other devices);
+   logits in place (``ce_kernel``: FLA's two Triton cross-entropy kernels, zebractl's one-pass
+   kernel of :mod:`zebractl.model.ops.softmax_ce`, or torch on any device);
 3. ``dx_c = dlogits @ W`` (bf16 GEMM) and ``dW += dlogits.T @ x_c`` (fp32 accumulator).
 
 The backward pass scales the stored gradients by the incoming gradient (``d loss_sum``) and casts
@@ -32,9 +33,12 @@ Memory: the fp32 weight-gradient accumulator (``V x H x 4`` bytes), the input gr
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 Tensor = torch.Tensor
+CeKernel = Literal["torch", "fla", "one_pass"]
 
 
 def chunk_size(tokens: int, num_chunks: int) -> int:
@@ -78,6 +82,16 @@ def _ce_fla(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
     return loss
 
 
+def _ce_one_pass(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
+    """The same with zebractl's one-pass kernel (each row read once from memory)."""
+    from zebractl.model.ops.softmax_ce import ce_rows_
+
+    return ce_rows_(logits, labels, ignore_index)
+
+
+_CE = {"torch": _ce_torch, "fla": _ce_fla, "one_pass": _ce_one_pass}
+
+
 def _accumulate_dw(dw: Tensor, dlogits: Tensor, x: Tensor) -> None:
     """``dw += dlogits.T @ x`` into the fp32 ``dw``: tensor-core products with fp32 accumulation
     on CUDA (bf16/fp16 operands), fp32 arithmetic elsewhere (exact products of the same operands)."""
@@ -97,7 +111,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         chunk: int,
         ignore_index: int,
         compute_dtype: torch.dtype,
-        fla_ce: bool,
+        ce_kernel: CeKernel,
     ) -> Tensor:
         x = hidden.to(compute_dtype)
         w = weight.to(compute_dtype)
@@ -105,7 +119,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         dx = torch.empty_like(x)
         dw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         loss = torch.zeros((), dtype=torch.float32, device=x.device)
-        ce = _ce_fla if fla_ce else _ce_torch
+        ce = _CE[ce_kernel]
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             xc, yc = x[start:end], labels[start:end]
@@ -150,16 +164,19 @@ def linear_cross_entropy(
     *,
     num_chunks: int,
     ignore_index: int = -100,
-    fla_ce: bool = False,
+    ce_kernel: CeKernel = "torch",
 ) -> Tensor:
     """Summed token cross-entropy of ``hidden [N, H] @ weight[V, H].T`` against ``labels [N]``
     (fp32 scalar), chunked over the N tokens into ``num_chunks`` pieces.
 
     The compute dtype is the autocast dtype when autocast is on for the device, else ``hidden``'s.
-    ``fla_ce`` uses FLA's Triton cross-entropy kernels for the softmax part (CUDA only).
+    ``ce_kernel``: the softmax part on torch (any device), FLA's Triton cross-entropy kernels or
+    zebractl's one-pass kernel (``fla``, ``one_pass``: CUDA, or Triton's interpreter).
     """
     dev = hidden.device.type
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
     chunk = chunk_size(hidden.shape[0], num_chunks)
     with torch.autocast(dev, enabled=False):
-        return _LinearCrossEntropy.apply(hidden, weight, labels, chunk, ignore_index, dtype, fla_ce)
+        return _LinearCrossEntropy.apply(
+            hidden, weight, labels, chunk, ignore_index, dtype, ce_kernel
+        )

@@ -1,0 +1,104 @@
+"""The LM-head loss's softmax part in one kernel: each row's loss and its logit gradient, written
+over the logits, with the row read from memory once.
+
+The chunked LM-head loss (:mod:`zebractl.model.ops.lm_head`) turns each chunk of logits
+``[C, V]`` into the per-token loss and ``softmax(logits) - onehot(label)`` in place. FLA 0.6.0's
+kernels take two launches: the forward reads every logit to find each row's log-sum-exp, and the
+backward reads every logit again (from memory: the whole chunk has gone through in between) and
+writes the gradient. That is three passes over ``C x V`` values; at kda_300M's 128,256-word
+vocabulary and micro-batch 32 they cost 18.5 ms of a 288 ms step on an H100 (6.9 ms forward, 11.6
+ms backward; benchmarks/README.md, 2026-12-06).
+
+Here one program owns a row from start to end: it sweeps the row once for the running maximum and
+sum of exponentials (block by block, one exponential per value), then sweeps it again, last block
+first, writing ``exp(x - lse)`` minus one at the label. A program's row (256 KB at that vocabulary)
+was read a moment before, so the second sweep finds most of it in the L2 cache, which holds the
+rows of all programs in flight: the grid is a few programs per SM, each taking rows in turn.
+
+Arithmetic, in fp32 from the logits' dtype: ``lse = m + log(sum exp(x - m))`` with the running
+maximum ``m`` rescaling the sum at each block; ``loss = lse - x[label]``; the gradient
+``exp(x - lse) - [col == label]``, rounded once to the logits' dtype. A row whose label is
+``ignore_index`` has loss 0 and a zero gradient. Labels outside ``[0, V)`` are the caller's to
+refuse (the data verifier bounds token ids); they are read as no label here.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+Tensor = torch.Tensor
+
+BLOCK = 8192
+"""Logits per sweep step of a program (at most; fewer for a smaller vocabulary)."""
+PROGRAMS_PER_SM = 2
+"""Programs in flight per SM: enough to keep the memory busy, few enough that their rows stay in L2."""
+
+
+@triton.jit
+def _ce_rows_kernel(
+    X,
+    LABELS,
+    LOSS,
+    N,
+    V,
+    stride,
+    ignore_index,
+    per_program: tl.constexpr,  # loop bounds as constants (Triton 3.6's interpreter, with numpy 2,
+    nblocks: tl.constexpr,  # cannot loop to a runtime integer); one compile per chunk shape
+    BV: tl.constexpr,
+):
+    cols = tl.arange(0, BV)
+    for i in range(0, per_program):  # rows pid, pid + programs, ...; the last may be past N
+        row = tl.program_id(0) + i * tl.num_programs(0)
+        live = row < N
+        base = X + tl.minimum(row, N - 1).to(tl.int64) * stride
+        label = tl.load(LABELS + tl.minimum(row, N - 1)).to(tl.int64)
+        # fp32 scalars; m starts finite, so a block of masked values never makes m - m_new a NaN
+        m = tl.max(tl.full([BV], -3.0e38, tl.float32), axis=0)
+        s = tl.sum(tl.zeros([BV], tl.float32), axis=0)
+        for b in range(0, nblocks):
+            c = b * BV + cols
+            x = tl.load(base + c, mask=(c < V) & live, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+            m = m_new
+        lse = m + tl.log(s)
+        valid = (label != ignore_index) & (label >= 0) & (label < V)
+        target = tl.load(base + label, mask=valid & live, other=0.0).to(tl.float32)
+        tl.store(LOSS + row, tl.where(valid, lse - target, 0.0), mask=live)
+        keep = tl.where(valid, 1.0, 0.0)
+        for j in range(0, nblocks):
+            c = (nblocks - 1 - j) * BV + cols  # last block first: the most recently read
+            x = tl.load(base + c, mask=(c < V) & live, other=0.0).to(tl.float32)
+            g = tl.exp(x - lse) - tl.where(c == label, 1.0, 0.0)
+            tl.store(base + c, (g * keep).to(X.dtype.element_ty), mask=(c < V) & live)
+
+
+def _programs(device: torch.device, rows: int, per_sm: int) -> int:
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, min(rows, sms * per_sm))
+    return max(1, min(rows, 4))  # Triton's interpreter (tests)
+
+
+def ce_rows_(
+    logits: Tensor, labels: Tensor, ignore_index: int, programs_per_sm: int = PROGRAMS_PER_SM
+) -> Tensor:
+    """Per-row loss (fp32 ``[C]``) of ``logits`` ``[C, V]`` (rows contiguous) against ``labels``
+    ``[C]``; the logit gradient ``softmax - onehot`` is written over ``logits``."""
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError(f"logits must be 2-D with contiguous rows, got {tuple(logits.shape)}")
+    n, v = logits.shape
+    loss = torch.empty(n, dtype=torch.float32, device=logits.device)
+    if n == 0:
+        return loss
+    bv = min(BLOCK, triton.next_power_of_2(v))
+    programs = _programs(logits.device, n, programs_per_sm)
+    _ce_rows_kernel[(programs,)](
+        logits, labels.contiguous(), loss, n, v, logits.stride(0), ignore_index,
+        triton.cdiv(n, programs), triton.cdiv(v, bv), BV=bv,
+        num_warps=16 if bv >= 4096 else 4,
+    )  # fmt: skip
+    return loss
