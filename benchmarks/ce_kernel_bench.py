@@ -7,8 +7,9 @@ Each variant turns the same bf16 logits ``[rows x vocab]`` (a fresh copy per cal
 the timing) into the per-row loss and the in-place gradient; the median of --repeat CUDA-event
 timings after two warm-up calls, and the bytes each would move at one pass per read or write over
 the logits (3 passes for FLA's pair, 2 for the one-pass kernel) as an effective bandwidth. The
-one-pass kernel runs at several programs per SM (how many rows are in flight: their sum must fit
-the L2 cache for the second sweep to find them there). Every variant's loss and gradient are
+one-pass kernel runs in several configurations PER_SM:BLOCK:WARPS (programs per SM: how many rows
+are in flight, whose sum must fit the L2 cache for the second sweep to find them there; logits
+per sweep step; warps per program). Every variant's loss and gradient are
 compared with FLA's (max |loss difference|, max |gradient difference|).
 """
 
@@ -47,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=2048, help="tokens per chunk (65,536 / 32 chunks)")
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--per-sm", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        default=["1:8192:16", "2:8192:16", "4:8192:16", "1:8192:32", "1:16384:32", "2:16384:16"],
+        help="one-pass configurations PER_SM:BLOCK:WARPS",
+    )
     ap.add_argument("--json-out", type=Path)
     a = ap.parse_args(argv)
     from zebractl.model.ops.lm_head import _ce_fla
@@ -59,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     y[::97] = -100
     gib = x.numel() * x.element_size() / 2**30
     variants = {"fla": (lambda b: _ce_fla(b, y, -100), 3)}
-    for k in a.per_sm:
-        variants[f"one_pass_{k}_per_sm"] = (lambda b, k=k: ce_rows_(b, y, -100, k), 2)
+    for spec in a.configs:
+        k, blk, w = (int(p) for p in spec.split(":"))
+        variants[f"one_pass_{k}_per_sm_block{blk}_warps{w}"] = (
+            lambda b, k=k, blk=blk, w=w: ce_rows_(b, y, -100, k, blk, w),
+            2,
+        )
     rows = []
     ref = None
     for name, (fn, passes) in variants.items():

@@ -11,9 +11,13 @@ ms backward; benchmarks/README.md, 2026-12-06).
 
 Here one program owns a row from start to end: it sweeps the row once for the running maximum and
 sum of exponentials (block by block, one exponential per value), then sweeps it again, last block
-first, writing ``exp(x - lse)`` minus one at the label. A program's row (256 KB at that vocabulary)
-was read a moment before, so the second sweep finds most of it in the L2 cache, which holds the
-rows of all programs in flight: the grid is a few programs per SM, each taking rows in turn.
+first, writing ``exp(x - lse)`` minus one at the label. The grid is a few programs per SM, each
+taking rows in turn, so that the rows in flight (256 KB each at that vocabulary) might stay in the
+L2 cache for the second sweep. Measured on an H100 (2026-12-06, benchmarks/README.md): 1.047x FLA's
+pair on a 2,048-row chunk at 2 programs per SM, which is three passes' bytes at FLA's rate: the
+second sweep mostly misses L2 there (264 rows in flight, 67 MB, against its 50 MB), and one program
+per SM (33 MB) is slower (0.88x: too few loads in flight). ``block`` and ``num_warps`` are
+parameters for the next measurement (benchmarks/ce_kernel_bench.py).
 
 Arithmetic, in fp32 from the logits' dtype: ``lse = m + log(sum exp(x - m))`` with the running
 maximum ``m`` rescaling the sum at each block; ``loss = lse - x[label]``; the gradient
@@ -84,21 +88,28 @@ def _programs(device: torch.device, rows: int, per_sm: int) -> int:
 
 
 def ce_rows_(
-    logits: Tensor, labels: Tensor, ignore_index: int, programs_per_sm: int = PROGRAMS_PER_SM
+    logits: Tensor,
+    labels: Tensor,
+    ignore_index: int,
+    programs_per_sm: int = PROGRAMS_PER_SM,
+    block: int = BLOCK,
+    num_warps: int | None = None,
 ) -> Tensor:
     """Per-row loss (fp32 ``[C]``) of ``logits`` ``[C, V]`` (rows contiguous) against ``labels``
-    ``[C]``; the logit gradient ``softmax - onehot`` is written over ``logits``."""
+    ``[C]``; the logit gradient ``softmax - onehot`` is written over ``logits``. ``block``: logits
+    per sweep step (a power of two); ``num_warps``: per program (default 16 from 4,096-wide steps,
+    else 4)."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be 2-D with contiguous rows, got {tuple(logits.shape)}")
     n, v = logits.shape
     loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     if n == 0:
         return loss
-    bv = min(BLOCK, triton.next_power_of_2(v))
+    bv = min(block, triton.next_power_of_2(v))
     programs = _programs(logits.device, n, programs_per_sm)
     _ce_rows_kernel[(programs,)](
         logits, labels.contiguous(), loss, n, v, logits.stride(0), ignore_index,
         triton.cdiv(n, programs), triton.cdiv(v, bv), BV=bv,
-        num_warps=16 if bv >= 4096 else 4,
+        num_warps=num_warps or (16 if bv >= 4096 else 4),
     )  # fmt: skip
     return loss
