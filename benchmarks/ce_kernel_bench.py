@@ -7,9 +7,9 @@ Each variant turns the same bf16 logits ``[rows x vocab]`` (a fresh copy per cal
 the timing) into the per-row loss and the in-place gradient; the median of --repeat CUDA-event
 timings after two warm-up calls, and the bytes each would move at one pass per read or write over
 the logits (3 passes for FLA's pair, 2 for the one-pass kernel) as an effective bandwidth. The
-one-pass kernel runs in several configurations PER_SM:BLOCK:WARPS (programs per SM: how many rows
-are in flight, whose sum must fit the L2 cache for the second sweep to find them there; logits
-per sweep step; warps per program). Every variant's loss and gradient are
+one-pass kernel runs in several configurations PER_SM:BLOCK:WARPS[:lanes] (programs per SM: how
+many rows are in flight, whose sum must fit the L2 cache for the second sweep to find them there;
+logits per sweep step; warps per program; lanes: the first sweep's maximum and sum per lane). Every variant's loss and gradient are
 compared with FLA's (max |loss difference|, max |gradient difference|).
 """
 
@@ -51,8 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--configs",
         nargs="+",
-        default=["1:8192:16", "2:8192:16", "4:8192:16", "1:8192:32", "1:16384:32", "2:16384:16"],
-        help="one-pass configurations PER_SM:BLOCK:WARPS",
+        default=[
+            "2:8192:16",
+            "1:8192:32",
+            "1:16384:32",
+            "2:16384:16",
+            "2:8192:16:lanes",
+            "1:8192:32:lanes",
+            "1:4096:16:lanes",
+            "2:4096:8:lanes",
+        ],  # fmt: skip
+        help="one-pass configurations PER_SM:BLOCK:WARPS[:lanes]",
     )
     ap.add_argument("--json-out", type=Path)
     a = ap.parse_args(argv)
@@ -66,9 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     gib = x.numel() * x.element_size() / 2**30
     variants = {"fla": (lambda b: _ce_fla(b, y, -100), 3)}
     for spec in a.configs:
-        k, blk, w = (int(p) for p in spec.split(":"))
-        variants[f"one_pass_{k}_per_sm_block{blk}_warps{w}"] = (
-            lambda b, k=k, blk=blk, w=w: ce_rows_(b, y, -100, k, blk, w),
+        k, blk, w, *rest = spec.split(":")
+        lanes = rest == ["lanes"]
+        name = f"one_pass_{k}_per_sm_block{blk}_warps{w}{'_lanes' if lanes else ''}"
+        variants[name] = (
+            lambda b, k=int(k), blk=int(blk), w=int(w), lanes=lanes: ce_rows_(
+                b, y, -100, k, blk, w, lanes
+            ),
             2,
         )
     rows = []

@@ -5,7 +5,8 @@ CPU: the kernel runs in Triton's interpreter (``TRITON_INTERPRET=1``, in a subpr
 variable must be set before the kernels are defined) on fresh random logits, against an fp64
 reference from the same (already rounded) logits. Cases: a vocabulary of several sweep blocks with
 a ragged last one, a vocabulary smaller than one block, ignored and out-of-range labels, large
-logits (an overflow check of the running maximum), more rows than programs, an empty chunk.
+logits (an overflow check of the running maximum), more rows than programs, an empty chunk; each
+with the running maximum and sum reduced per sweep step and kept per lane (``lanes``).
 Tolerances: the loss 1e-5 relative (fp32 sums over the row); the gradient, relative L2, fp32 1e-6
 and bf16 4e-3 (one rounding to bf16; Triton 3.6's interpreter truncates fp32 -> bf16, 3.3e-3 on
 Gaussian data). GPU: against FLA's two kernels on the same logits (the loss within 1e-5, the
@@ -45,16 +46,17 @@ CASE = textwrap.dedent(
         g_ref = torch.exp(ref - lse[:, None])
         g_ref[torch.arange(n)[ok], y[ok]] -= 1.0
         g_ref[~ok] = 0.0
-        g = x.clone()
-        loss = softmax_ce.ce_rows_(g, y, -100, block=64)  # several sweep steps per row
-        rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()
-        out.append({"case": [n, v, str(dt), scale], "dtype": str(g.dtype),
-                    "loss": (loss.double() - loss_ref).abs().max().item()
-                            / loss_ref.abs().max().item(),
-                    "grad": rel(g, g_ref), "ignored_zero": bool((g[1] == 0).all()
-                                                               and (g[2] == 0).all()),
-                    "ignored_loss": [loss[1].item(), loss[2].item()],
-                    "finite": bool(torch.isfinite(loss).all() and torch.isfinite(g).all())})
+        for lanes in (False, True):
+            g = x.clone()
+            loss = softmax_ce.ce_rows_(g, y, -100, block=64, lanes=lanes)  # several steps per row
+            rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()
+            out.append({"case": [n, v, str(dt), scale, lanes], "dtype": str(g.dtype),
+                        "loss": (loss.double() - loss_ref).abs().max().item()
+                                / loss_ref.abs().max().item(),
+                        "grad": rel(g, g_ref), "ignored_zero": bool((g[1] == 0).all()
+                                                                   and (g[2] == 0).all()),
+                        "ignored_loss": [loss[1].item(), loss[2].item()],
+                        "finite": bool(torch.isfinite(loss).all() and torch.isfinite(g).all())})
     empty = softmax_ce.ce_rows_(torch.zeros(0, 7), torch.zeros(0, dtype=torch.long), -100)
     out.append({"empty": list(empty.shape)})
     print(json.dumps(out))
@@ -67,7 +69,7 @@ def test_one_pass_cross_entropy_in_the_interpreter_against_fp64(triton_interpret
     print("seed", seed)
     rows = triton_interpreted(CASE, seed)
     assert rows[-1] == {"empty": [0]}
-    assert len(rows) == 5
+    assert len(rows) == 9  # 4 cases x (per-step reductions, per-lane accumulators) + the empty one
     for row in rows[:-1]:
         gtol = 1e-6 if row["case"][2] == "torch.float32" else 4e-3
         assert row["loss"] <= 1e-5 and row["grad"] <= gtol, (seed, row)
@@ -92,8 +94,9 @@ def _cuda_case(v: int, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("lanes", [False, True])
 @pytest.mark.parametrize("v", [128256, 50257, 1000])
-def test_one_pass_cross_entropy_matches_fla_on_the_gpu(v):
+def test_one_pass_cross_entropy_matches_fla_on_the_gpu(v, lanes):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from zebractl.model.ops.lm_head import _ce_fla
@@ -102,7 +105,7 @@ def test_one_pass_cross_entropy_matches_fla_on_the_gpu(v):
     x, y = _cuda_case(v, torch.bfloat16)
     g_fla, g_ours = x.clone(), x.clone()
     loss_fla = _ce_fla(g_fla, y, -100)
-    loss_ours = ce_rows_(g_ours, y, -100)
+    loss_ours = ce_rows_(g_ours, y, -100, lanes=lanes)
     assert torch.allclose(loss_ours, loss_fla, rtol=1e-5, atol=1e-5)
     # one bf16 rounding apart at most: the two exponentials may differ in the last fp32 bit
     diff = (g_ours.float() - g_fla.float()).abs()

@@ -17,7 +17,9 @@ L2 cache for the second sweep. Measured on an H100 (2026-12-06, benchmarks/READM
 pair on a 2,048-row chunk at 2 programs per SM, which is three passes' bytes at FLA's rate: the
 second sweep mostly misses L2 there (264 rows in flight, 67 MB, against its 50 MB), and one program
 per SM (33 MB) is slower (0.88x: too few loads in flight). ``block`` and ``num_warps`` are
-parameters for the next measurement (benchmarks/ce_kernel_bench.py).
+parameters for the next measurement (benchmarks/ce_kernel_bench.py), and so is ``lanes``: the
+first sweep's maximum and sum kept per lane, reduced once per row, instead of across the program at
+every step (its barriers stall the loads).
 
 Arithmetic, in fp32 from the logits' dtype: ``lse = m + log(sum exp(x - m))`` with the running
 maximum ``m`` rescaling the sum at each block; ``loss = lse - x[label]``; the gradient
@@ -52,6 +54,7 @@ def _ce_rows_kernel(
     per_program: tl.constexpr,  # loop bounds as constants (Triton 3.6's interpreter, with numpy 2,
     nblocks: tl.constexpr,  # cannot loop to a runtime integer); one compile per chunk shape
     BV: tl.constexpr,
+    LANES: tl.constexpr,  # the running maximum and sum per lane (no reduction per sweep step)
 ):
     cols = tl.arange(0, BV)
     for i in range(0, per_program):  # rows pid, pid + programs, ...; the last may be past N
@@ -59,15 +62,27 @@ def _ce_rows_kernel(
         live = row < N
         base = X + tl.minimum(row, N - 1).to(tl.int64) * stride
         label = tl.load(LABELS + tl.minimum(row, N - 1)).to(tl.int64)
-        # fp32 scalars; m starts finite, so a block of masked values never makes m - m_new a NaN
-        m = tl.max(tl.full([BV], -3.0e38, tl.float32), axis=0)
-        s = tl.sum(tl.zeros([BV], tl.float32), axis=0)
-        for b in range(0, nblocks):
-            c = b * BV + cols
-            x = tl.load(base + c, mask=(c < V) & live, other=float("-inf")).to(tl.float32)
-            m_new = tl.maximum(m, tl.max(x, axis=0))
-            s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
-            m = m_new
+        # m starts finite, so a block of masked values never makes m - m_new a NaN
+        if LANES:  # two exponentials per value, the reductions once per row
+            mv = tl.full([BV], -3.0e38, tl.float32)
+            sv = tl.zeros([BV], tl.float32)
+            for b in range(0, nblocks):
+                c = b * BV + cols
+                x = tl.load(base + c, mask=(c < V) & live, other=float("-inf")).to(tl.float32)
+                mn = tl.maximum(mv, x)
+                sv = sv * tl.exp(mv - mn) + tl.exp(x - mn)
+                mv = mn
+            m = tl.max(mv, axis=0)
+            s = tl.sum(sv * tl.exp(mv - m), axis=0)
+        else:  # one exponential per value, a maximum and a sum across the program per step
+            m = tl.max(tl.full([BV], -3.0e38, tl.float32), axis=0)
+            s = tl.sum(tl.zeros([BV], tl.float32), axis=0)
+            for b in range(0, nblocks):
+                c = b * BV + cols
+                x = tl.load(base + c, mask=(c < V) & live, other=float("-inf")).to(tl.float32)
+                m_new = tl.maximum(m, tl.max(x, axis=0))
+                s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+                m = m_new
         lse = m + tl.log(s)
         valid = (label != ignore_index) & (label >= 0) & (label < V)
         target = tl.load(base + label, mask=valid & live, other=0.0).to(tl.float32)
@@ -94,11 +109,13 @@ def ce_rows_(
     programs_per_sm: int = PROGRAMS_PER_SM,
     block: int = BLOCK,
     num_warps: int | None = None,
+    lanes: bool = False,
 ) -> Tensor:
     """Per-row loss (fp32 ``[C]``) of ``logits`` ``[C, V]`` (rows contiguous) against ``labels``
     ``[C]``; the logit gradient ``softmax - onehot`` is written over ``logits``. ``block``: logits
     per sweep step (a power of two); ``num_warps``: per program (default 16 from 4,096-wide steps,
-    else 4)."""
+    else 4); ``lanes``: keep the running maximum and sum per lane (two exponentials per value in
+    the first sweep, no reduction across the program until the row's end)."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be 2-D with contiguous rows, got {tuple(logits.shape)}")
     n, v = logits.shape
@@ -109,7 +126,7 @@ def ce_rows_(
     programs = _programs(logits.device, n, programs_per_sm)
     _ce_rows_kernel[(programs,)](
         logits, labels.contiguous(), loss, n, v, logits.stride(0), ignore_index,
-        triton.cdiv(n, programs), triton.cdiv(v, bv), BV=bv,
+        triton.cdiv(n, programs), triton.cdiv(v, bv), BV=bv, LANES=lanes,
         num_warps=num_warps or (16 if bv >= 4096 else 4),
     )  # fmt: skip
     return loss
