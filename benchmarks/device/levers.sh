@@ -6,8 +6,10 @@
 #
 # On the GPU, in this order (each step under its own time limit; everything lands in $OUT as it
 # finishes, so a step cut short loses only itself):
-#   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the CUDA graph (ours_graph), 4
-#            LM-head chunks (ours_chunks4), ours again (the spread);
+#   ce       benchmarks/ce_kernel_bench.py: the LM-head loss's softmax part alone, FLA's kernels
+#            against the one-pass kernel's configurations (kernels.cross_entropy);
+#   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the one-pass cross-entropy
+#            (ours_ce_one_pass), the CUDA graph (ours_graph), ours again (the spread);
 #   bench_hybrid  one process, micro 16: zebra_mamba_300M_hybrid, kda_300M and zebra_gdn_300M_hybrid,
 #            each with the defaults and with both Mamba2 levers (ours_mamba_fast; refused on the
 #            models without Mamba2, which is recorded);
@@ -27,8 +29,8 @@
 # Micro-batch: 64 on a GPU with more than 100 GB (H200), else 32 (H100) for the 300M models.
 # LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
 # FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
-# run, by name or the part before its first underscore (e.g. "bench curves"; default "bench curves
-# profile"; the cold start and decode steps take a command each: LEVERS_STEPS="startup coldstart",
+# run, by name or the part before its first underscore (e.g. "bench curves"; default "ce bench
+# curves profile"; the cold start and decode steps take a command each: LEVERS_STEPS="startup coldstart",
 # then LEVERS_STEPS=decode on the same warm machine). A second
 # call on the same (warm) machine reuses the unpacked packages and data.
 # Files in $OUT: levers.log (everything), bench_*.json, curve*, profile_*.md, tests.log.
@@ -42,7 +44,7 @@ T0=$(date +%s)
 say() { echo "[+$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 run() {  # run LIMIT NAME CMD...: the command under timeout, its output appended to the log
   local limit=$1 name=$2 left; shift 2
-  case " ${LEVERS_STEPS:-bench curves profile} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
+  case " ${LEVERS_STEPS:-ce bench curves profile} " in *" ${name%%_*} "*|*" $name "*) ;; *) say "$name: not in LEVERS_STEPS"; return ;; esac
   left=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) ))  # the whole job ends inside one 10-minute command
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 20 ]; then say "$name: skipped, no time left"; return; fi
@@ -75,8 +77,9 @@ if [ "${LEVERS_QUICK:-0}" = 1 ]; then  # the defaults against FLA's kernels and 
 else
 CURVE_ITERS=${LEVERS_CURVE_ITERS:-200}
 DATA=$D/gpu_data
+run 60 ce "$PY" benchmarks/ce_kernel_bench.py --json-out "$OUT/ce_kernel.json"
 run 170 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
-  --runs ours:$M ours_graph:$M ours_chunks4:$M --json-out "$OUT/bench_kda.json"
+  --runs ours:$M ours_ce_one_pass:$M ours_graph:$M --json-out "$OUT/bench_kda.json"
 run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid kda_300M \
   zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
 run 300 curves bash benchmarks/device/curves.sh "$DATA" "$OUT" zebra_mamba_300M_hybrid \
