@@ -82,11 +82,15 @@ def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [0, 16])
+def test_gpu_runs_are_the_same_with_and_without_background_compilation(
+    fast, tmp_path, monkeypatch, workers
+):
     """The real thing on a GPU with FLA kernels: the thread runs and succeeds (its note is printed),
     and the run's losses equal those of a run without it: the first bitwise (forward kernels are
     deterministic), later ones within 1e-3 relative (FLA's backward kernels may sum in another
-    order from run to run).
+    order from run to run). ``workers``: ``kernels.precompile_workers`` (16: the step compiles its
+    Triton kernels without launching them, 16 at once; the note says how many).
 
     kda_300M as shipped (torch_fused, bf16 autocast, FLA's Triton kernels and KDA's TileLang
     backward in the helper thread) at micro-batch 16 of 2048, the shapes of the shipped tuned
@@ -117,12 +121,14 @@ def test_gpu_runs_are_the_same_with_and_without_background_compilation(fast, tmp
         "kernels.backend=fla",
     )
     lines: list[str] = []
-    fast.train("kda_300M", tmp_path / "on", *sets, console=lines.append)
+    on_sets = (*sets, f"kernels.precompile_workers={workers}")
+    fast.train("kda_300M", tmp_path / "on", *on_sets, console=lines.append)
     # one line from Precompile.join(): success, or "note: ... failed (<error>)" with the reason
     # (not the save mode's line: "checkpoint saves: in the background ...", the default on a GPU)
     notes = [line for line in lines if "compil" in line and "in the background" in line]
     assert len(notes) == 1, lines
     assert notes[0].startswith("kernels compiled in the background"), notes[0]
+    assert ("compiled without launching" in notes[0]) == (workers > 0), notes[0]
     shutil.rmtree(tmp_path / "on" / "checkpoints", ignore_errors=True)  # the final save: 3.6 GB
     fast.train("kda_300M", tmp_path / "off", *sets, "kernels.precompile=false")
     shutil.rmtree(tmp_path / "off" / "checkpoints", ignore_errors=True)

@@ -309,6 +309,13 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
+    precompile_workers: int = Field(0, ge=0, le=256)
+    """With precompile on: 0 = the background step launches its kernels, each compiling on its
+    first launch, one after the other (47 s of kda_300M's cold start on an H100, 2026-12-06); N =
+    it compiles them without launching, N Triton compiles at once in threads
+    (zebractl.train.compile_only; autotuned kernels without a tuned configuration are left to the
+    first step). Not yet measured on a GPU: opt-in. Falls back to 0 where the installed Triton
+    lacks what it relies on (Triton 3.6's internals)."""
 
 
 class RecomputeConfig(StrictModel):

@@ -10,6 +10,8 @@ training forward + backward and one evaluation forward of each distinct recurren
 length, in the dtypes its engine trains in, on throwaway weights; the kernels land in Triton's and
 TileLang's caches (memory and disk) while the main thread reads the data and builds the model, and
 the first step then finds them compiled. TileLang's nvcc and Triton's ptxas run outside the GIL.
+With ``kernels.precompile_workers: N`` the step compiles its Triton kernels without launching them,
+N at once (:mod:`zebractl.train.compile_only`).
 
 The thread never touches the process's random state (its inputs come from a private generator, its
 modules are built on the meta device and filled from it), so a run is bitwise the same with and
@@ -39,6 +41,9 @@ class Precompile:
     error: BaseException | None = None
     helpers: list[threading.Thread] = field(default_factory=list)
     """Threads that build TileLang kernels (see :func:`tilelang_builds`)."""
+    compiled: Any = None
+    """With ``kernels.precompile_workers``: what the compile-only step did
+    (:class:`zebractl.train.compile_only.CompileOnly`)."""
 
     def join(self) -> str:
         """Wait for the thread; one line for the log (how long it took, how long the main thread
@@ -56,12 +61,21 @@ class Precompile:
                 f" {first}); the first step compiles them"
             )
         took = (self.finished or time.perf_counter()) - self.started
-        return f"kernels compiled in the background in {took:.1f} s (setup waited {waited:.1f} s)"
+        how = ""
+        if self.compiled is not None:
+            left = len(self.compiled.untuned)
+            how = f"; {self.compiled.submitted} kernel calls compiled without launching" + (
+                f", {left} autotuned kernels left to the first step" if left else ""
+            )
+        return (
+            f"kernels compiled in the background in {took:.1f} s (setup waited {waited:.1f} s{how})"
+        )
 
 
 def start(cfg: RunConfig, device: Any) -> Precompile | None:
     """Start compiling ``cfg``'s kernels for ``device`` in a thread (None where nothing would be
     compiled: CPU, the torch backend, ``kernels.precompile: false``)."""
+    workers = cfg.kernels.precompile_workers  # read on every device (used on CUDA only)
     if cfg.kernels.precompile and cfg.kernels.precompile_tilelang == "process":
         # started by the launcher already (then this is that process), or now: the trainer run
         # without the launcher (the Python API); nothing without a GPU
@@ -95,7 +109,13 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
 
     def target() -> None:
         try:
-            exercise(cfg, device, wait_for_helpers)
+            from zebractl.train import compile_only
+
+            if workers and compile_only.supported():
+                with compile_only.compile_only(workers) as job.compiled:
+                    exercise(cfg, device, wait_for_helpers)
+            else:
+                exercise(cfg, device, wait_for_helpers)
         except BaseException as exc:  # noqa: BLE001 - reported by join(); the step compiles then
             job.error = exc
         finally:
