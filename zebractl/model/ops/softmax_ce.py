@@ -39,7 +39,7 @@ Tensor = torch.Tensor
 BLOCK = 8192
 """Logits per sweep step of a program (at most; fewer for a smaller vocabulary)."""
 PROGRAMS_PER_SM = 2
-"""Programs in flight per SM: enough to keep the memory busy, few enough that their rows stay in L2."""
+"""Programs in flight per SM (on an H100: 2, 4 and 8 within 0.2% of each other, 1 slower)."""
 
 
 @triton.jit
