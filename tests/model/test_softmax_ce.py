@@ -8,8 +8,9 @@ a ragged last one, a vocabulary smaller than one block, ignored and out-of-range
 logits (an overflow check of the running maximum), more rows than programs, an empty chunk; each
 with the running maximum and sum reduced per sweep step and kept per lane (``lanes``).
 Tolerances: the loss 1e-5 relative (fp32 sums over the row); the gradient, relative L2, fp32 1e-6
-and bf16 4e-3 (one rounding to bf16; Triton 3.6's interpreter truncates fp32 -> bf16, 3.3e-3 on
-Gaussian data). GPU: against FLA's two kernels on the same logits (the loss within 1e-5, the
+and bf16 2^-7 (Triton 3.6's interpreter truncates fp32 -> bf16: each value's relative error is
+under 2^-7, and this small gradient's norm rests on a few values near 1, so its relative L2 reached
+3.8e-3 over 12 seeds, where the SwiGLU test's larger tensors average to 3.3e-3). GPU: against FLA's two kernels on the same logits (the loss within 1e-5, the
 gradient within one bf16 rounding) and the LM-head loss with each, through the same chunking.
 """
 
@@ -71,7 +72,7 @@ def test_one_pass_cross_entropy_in_the_interpreter_against_fp64(triton_interpret
     assert rows[-1] == {"empty": [0]}
     assert len(rows) == 9  # 4 cases x (per-step reductions, per-lane accumulators) + the empty one
     for row in rows[:-1]:
-        gtol = 1e-6 if row["case"][2] == "torch.float32" else 4e-3
+        gtol = 1e-6 if row["case"][2] == "torch.float32" else 2**-7
         assert row["loss"] <= 1e-5 and row["grad"] <= gtol, (seed, row)
         assert row["ignored_zero"] and row["ignored_loss"] == [0.0, 0.0], (seed, row)
         assert row["finite"] and row["dtype"] == row["case"][2], (seed, row)

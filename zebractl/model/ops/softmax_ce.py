@@ -11,7 +11,7 @@ ms backward; benchmarks/README.md, 2026-12-06).
 
 Here one program owns a row from start to end: it sweeps the row once for the running maximum and
 sum of exponentials (block by block, one exponential per value), then sweeps it again, last block
-first, writing ``exp(x - lse)`` minus one at the label. The grid is a few programs per SM, each
+first, writing the softmax minus one at the label. The grid is a few programs per SM, each
 taking rows in turn, so that the rows in flight (256 KB each at that vocabulary) might stay in the
 L2 cache for the second sweep. Measured on an H100 (2026-12-06, benchmarks/README.md): 1.047x FLA's
 pair on a 2,048-row chunk at 2 programs per SM, which is three passes' bytes at FLA's rate: the
@@ -21,9 +21,11 @@ parameters for the next measurement (benchmarks/ce_kernel_bench.py), and so is `
 first sweep's maximum and sum kept per lane, reduced once per row, instead of across the program at
 every step (its barriers stall the loads).
 
-Arithmetic, in fp32 from the logits' dtype: ``lse = m + log(sum exp(x - m))`` with the running
-maximum ``m`` rescaling the sum at each block; ``loss = lse - x[label]``; the gradient
-``exp(x - lse) - [col == label]``, rounded once to the logits' dtype. A row whose label is
+Arithmetic, in fp32 from the logits' dtype: ``log_s = log(sum exp(x - m))`` with the running
+maximum ``m`` rescaling the sum at each block; ``loss = (m - x[label]) + log_s``; the gradient
+``exp((x - m) - log_s) - [col == label]``, rounded once to the logits' dtype. The log-sum-exp
+``m + log_s`` is never rounded as one number: at logits in the thousands its ulp would be the
+gradient's error. A row whose label is
 ``ignore_index`` has loss 0 and a zero gradient. Labels outside ``[0, V)`` are the caller's to
 refuse (the data verifier bounds token ids); they are read as no label here.
 """
@@ -83,15 +85,17 @@ def _ce_rows_kernel(
                 m_new = tl.maximum(m, tl.max(x, axis=0))
                 s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
                 m = m_new
-        lse = m + tl.log(s)
+        # lse = m + log_s is never formed: at large logits its rounding (an ulp of m) would be the
+        # gradient's error; x - m and m - target are exact or nearly, log_s is small
+        log_s = tl.log(s)
         valid = (label != ignore_index) & (label >= 0) & (label < V)
         target = tl.load(base + label, mask=valid & live, other=0.0).to(tl.float32)
-        tl.store(LOSS + row, tl.where(valid, lse - target, 0.0), mask=live)
+        tl.store(LOSS + row, tl.where(valid, (m - target) + log_s, 0.0), mask=live)
         keep = tl.where(valid, 1.0, 0.0)
         for j in range(0, nblocks):
             c = (nblocks - 1 - j) * BV + cols  # last block first: the most recently read
             x = tl.load(base + c, mask=(c < V) & live, other=0.0).to(tl.float32)
-            g = tl.exp(x - lse) - tl.where(c == label, 1.0, 0.0)
+            g = tl.exp((x - m) - log_s) - tl.where(c == label, 1.0, 0.0)
             tl.store(base + c, (g * keep).to(X.dtype.element_ty), mask=(c < V) & live)
 
 
