@@ -262,9 +262,10 @@ class KernelsConfig(StrictModel):
     forward reading each chunk of logits for the log-sum-exp, a backward reading them again and
     writing the gradient over them: 18.5 ms of kda_300M's 288 ms step at micro-batch 32 on an H100,
     benchmarks/README.md, 2026-12-06); one_pass = zebractl's, one kernel per chunk whose programs
-    each sweep a row twice, the second meant to find it in the L2 cache (the same arithmetic in
-    fp32, the gradient rounded once; 1.047x FLA's pair on one chunk on an H100, the second sweep
-    mostly missing L2). Not measured in a training step: opt-in. The torch backend: no effect."""
+    each sweep a row twice, the second meant to find it in the L2 cache (fp32 arithmetic, the
+    log-sum-exp never rounded as one number, the gradient rounded once; 1.047x FLA's pair on one
+    chunk on an H100, the second sweep mostly missing L2). Not measured in a training step:
+    opt-in. The torch backend: no effect."""
     fused_ce_chunks: int = Field(32, gt=0, le=4096)
     """Token chunks of the fused LM-head loss (more chunks: less memory, more GEMM launches)."""
     kda_gate_in_kernel: bool = True
