@@ -83,7 +83,7 @@ def _ce_fla(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
 
 
 def _ce_one_pass(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
-    """The same with zebractl's one-pass kernel (each row read once from memory)."""
+    """The same with zebractl's one-pass kernel (one launch per chunk, each row swept twice)."""
     from zebractl.model.ops.softmax_ce import ce_rows_
 
     return ce_rows_(logits, labels, ignore_index)
