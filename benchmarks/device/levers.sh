@@ -9,7 +9,8 @@
 #   ce       benchmarks/ce_kernel_bench.py: the LM-head loss's softmax part alone, FLA's kernels
 #            against the one-pass kernel's configurations (kernels.cross_entropy);
 #   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the one-pass cross-entropy
-#            (ours_ce_one_pass), the CUDA graph (ours_graph), ours again (the spread);
+#            (ours_ce_one_pass), the CUDA graph (ours_graph), ours again (the spread); LEVERS_BENCH_RUNS
+#            names other step_bench variants (e.g. "ours ours_ce_one_pass");
 #   bench_hybrid  one process, micro 16: zebra_mamba_300M_hybrid, kda_300M and zebra_gdn_300M_hybrid,
 #            each with the defaults and with both Mamba2 levers (ours_mamba_fast; refused on the
 #            models without Mamba2, which is recorded);
@@ -80,7 +81,8 @@ CURVE_ITERS=${LEVERS_CURVE_ITERS:-200}
 DATA=$D/gpu_data
 run 60 ce "$PY" benchmarks/ce_kernel_bench.py --json-out "$OUT/ce_kernel.json"
 run 170 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
-  --runs ours:$M ours_ce_one_pass:$M ours_graph:$M --json-out "$OUT/bench_kda.json"
+  --runs $(for v in ${LEVERS_BENCH_RUNS:-ours ours_ce_one_pass ours_graph}; do printf '%s:%s ' "$v" "$M"; done) \
+  --json-out "$OUT/bench_kda.json"
 run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid kda_300M \
   zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
 run 300 curves bash benchmarks/device/curves.sh "$DATA" "$OUT" zebra_mamba_300M_hybrid \
