@@ -24,7 +24,9 @@
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site);
 #   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the shipped background compilation
 #            against kernels.precompile_workers 16 (compiled without launching, 16 at once),
-#            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache;
+#            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache
+#            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
+#            name others);
 #   decode   benchmarks/decode_bench.py: kda_300M and zebra_mamba_1B_hybrid_1gpu at 1k/8k/32k, the
 #            engine eager and graphed, FLA's class (kda_300M), the dense Llama and generate() before
 #            the generation cache.
@@ -99,8 +101,8 @@ run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -
   --junitxml "$OUT/gputests.junit.xml" ${LEVERS_PYTEST_ARGS:-tests/generate tests/convert}
 run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
 run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime --micro "$M" \
-  --variant shipped= --variant workers16=kernels.precompile_workers=16 \
-  --order shipped,workers16,shipped,workers16 --timeout 150 --json-out "$OUT/coldstart.json"
+  $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= workers16=kernels.precompile_workers=16}; do printf -- '--variant %s ' "$v"; done) \
+  --order "${LEVERS_COLDSTART_ORDER:-shipped,workers16,shipped,workers16}" --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))
 [ "$DECODE_BUDGET" -gt 330 ] && DECODE_BUDGET=330
