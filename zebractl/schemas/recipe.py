@@ -264,8 +264,9 @@ class KernelsConfig(StrictModel):
     benchmarks/README.md, 2026-12-06); one_pass = zebractl's, one kernel per chunk whose programs
     each sweep a row twice, the second meant to find it in the L2 cache (fp32 arithmetic, the
     log-sum-exp never rounded as one number, the gradient rounded once; 1.047x FLA's pair on one
-    chunk on an H100, the second sweep mostly missing L2). Not measured in a training step:
-    opt-in. The torch backend: no effect."""
+    chunk on an H100, the second sweep mostly missing L2). In kda_300M's training step at
+    micro-batch 32 it measured 0.997x the default (H100, 2026-12-06, edcc58e): opt-in. The torch
+    backend: no effect."""
     fused_ce_chunks: int = Field(32, gt=0, le=4096)
     """Token chunks of the fused LM-head loss (more chunks: less memory, more GEMM launches)."""
     kda_gate_in_kernel: bool = True
@@ -313,11 +314,14 @@ class KernelsConfig(StrictModel):
     kernel over). Nothing changes on a warm cache or in what is trained."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
-    first launch, one after the other (47 s of kda_300M's cold start on an H100, 2026-12-06); N =
-    it compiles them without launching, N Triton compiles at once in threads
+    first launch, one after the other; N = it compiles them without launching, N Triton compiles
+    at once in threads
     (zebractl.train.compile_only; autotuned kernels without a tuned configuration are left to the
-    first step). Not yet measured on a GPU: opt-in. Falls back to 0 where the installed Triton
-    lacks what it relies on (Triton 3.6's internals)."""
+    first step). Opt-in: on an H100 (2026-12-06, edcc58e) 16 workers did not shorten kda_300M's
+    background compilation (26.8 s against 26.2 s; KDA's TileLang kernel, which it leaves alone,
+    took 21 s to compile on that machine) and the first step then compiled what they had left out
+    (cold start 44.4 s against 41.6 s). Falls back to 0 where the installed Triton lacks what it relies on (Triton
+    3.6's internals)."""
 
 
 class RecomputeConfig(StrictModel):

@@ -3,11 +3,12 @@
 
 The background compilation (:mod:`zebractl.train.precompile`) runs one training step of each
 mixer on throwaway weights, so every kernel compiles on its first launch: one after the other, as
-the step reaches it. On an H100 that is the cold start's critical path: kda_300M's setup reached
-its first line 18 s after launch and then waited 47 s for the compiles (2026-12-06, 45a9fe8;
-benchmarks/README.md). Most of a Triton compile runs outside the GIL (MLIR and LLVM passes, ptxas
+the step reaches it. Most of a Triton compile runs outside the GIL (MLIR and LLVM passes, ptxas
 in a subprocess), so compiles in threads overlap: on a 2-core CPU, 8 kernels compiled for sm_90 in
-8 threads took 0.60x the time of one after the other.
+8 threads took 0.60x the time of one after the other. On an H100 (2026-12-06, edcc58e;
+benchmarks/README.md) 16 workers did not shorten kda_300M's background compilation (26.8 s against
+26.2 s; KDA's TileLang kernel, compiled beside it, took 21 s on that machine) and the first step
+then compiled the kernels left out (cold start 44.4 s against 41.6 s): opt-in.
 
 Inside :func:`compile_only`, in the thread that entered it and nowhere else, a Triton kernel call
 compiles without launching: Triton's own ``AsyncCompileMode`` hands the compile to a thread pool
