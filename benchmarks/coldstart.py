@@ -15,7 +15,9 @@ one GPU, 2 iterations, no checkpoint, logging every iteration, ``ZEBRACTL_CACHE_
 (Triton's and TileLang's caches inside it, empty but for the shipped configurations), its output
 timestamped line by line. A row: seconds from launch to setup's first line (``setup_s``), to the
 background compilation's line (``compiled_s``) and to iteration 1's line (``first_iteration_s``),
-or the run's error.
+or the run's error. ``--warmed NAME[,NAME...]``: those variants' runs first fill their fresh cache
+with `zebractl warmup RECIPE` (the same `--set` values and micro-batch; not timed, its seconds in
+``warmup_s``), so their row is the start of a run after `zebractl warmup`.
 """
 
 from __future__ import annotations
@@ -62,10 +64,40 @@ def command(
     return [python, "-m", "zebractl", "train", recipe, *args, "--output", str(out)]
 
 
-def one(name: str, cmd: list[str], cache: Path, timeout: float) -> dict[str, Any]:
-    """One run in a fresh process with a fresh kernel cache; the seconds to each mark."""
+def warmup_command(
+    recipe: str, data: str, sets: list[str], python: str, micro: int | None = None
+) -> list[str]:
+    """`zebractl warmup` for the same run as :func:`command`."""
+    train = command(recipe, data, Path("unused"), sets, python, micro)
+    args = train[train.index(recipe) + 1 : train.index("--output")]
+    return [python, "-m", "zebractl", "warmup", recipe, *args]
+
+
+def cache_env(cache: Path) -> dict[str, str]:
+    """This process's environment with ``cache`` as the only kernel cache."""
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS}
     env["ZEBRACTL_CACHE_DIR"] = str(cache)
+    return env
+
+
+def warm(cmd: list[str], cache: Path, timeout: float) -> dict[str, Any]:
+    """Run `zebractl warmup` into ``cache``: its seconds and exit code (the log's tail on failure)."""
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(
+            cmd, env=cache_env(cache), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"warmup_s": None, "warmup_error": f"past --timeout {timeout} s"}
+    out = {"warmup_s": round(time.perf_counter() - t0, 2), "warmup_error": None}
+    if done.returncode != 0:
+        out["warmup_error"] = f"exit {done.returncode}: {(done.stdout + done.stderr)[-600:]}"
+    return out
+
+
+def one(name: str, cmd: list[str], cache: Path, timeout: float) -> dict[str, Any]:
+    """One run in a fresh process with a fresh kernel cache; the seconds to each mark."""
+    env = cache_env(cache)
     row: dict[str, Any] = {"variant": name, "error": None, **dict.fromkeys(MARKS)}
     lines: list[str] = []
     last = ""
@@ -123,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--micro", type=int, help="micro = global batch (default: the recipe's; 32 on an 80 GB GPU)"
     )
+    ap.add_argument(
+        "--warmed", default="", help="comma-separated variants whose runs follow `zebractl warmup`"
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json-out", type=Path)
@@ -137,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in order if n not in variants]
     if unknown:
         ap.error(f"--order names no --variant: {', '.join(unknown)}")
+    warmed = {n for n in a.warmed.split(",") if n}
+    if warmed - set(variants):
+        ap.error(f"--warmed names no --variant: {', '.join(sorted(warmed - set(variants)))}")
     if a.prime:
         order = [order[0], *order]
     rows = []
@@ -144,10 +182,17 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(order):
             run_dir = Path(tmp) / f"run{i}"
             cmd = command(a.recipe, a.data, run_dir, variants[name], a.python, a.micro)
-            row = one(name, cmd, Path(tmp) / f"cache{i}", a.timeout)
+            cache = Path(tmp) / f"cache{i}"
+            before = {}
+            if name in warmed:
+                wcmd = warmup_command(a.recipe, a.data, variants[name], a.python, a.micro)
+                before = warm(wcmd, cache, a.timeout)
+            row = one(name, cmd, cache, a.timeout) | before
+            if before.get("warmup_error") and row["error"] is None:
+                row["error"] = f"warmup: {before['warmup_error']}"
             row["prime"] = bool(a.prime and i == 0)
             rows.append(row)
-            marks = "  ".join(f"{k} {row[k]}" for k in MARKS)
+            marks = "  ".join(f"{k} {row[k]}" for k in (*MARKS, *before))
             print(
                 f"{name:>12}{' (prime)' if row['prime'] else ''}  {marks}  {row['error'] or ''}",
                 flush=True,

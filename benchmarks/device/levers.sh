@@ -26,7 +26,7 @@
 #            against kernels.precompile_workers 16 (compiled without launching, 16 at once),
 #            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
-#            name others);
+#            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`);
 #   decode   benchmarks/decode_bench.py: kda_300M and zebra_mamba_1B_hybrid_1gpu at 1k/8k/32k, the
 #            engine eager and graphed, FLA's class (kda_300M), the dense Llama and generate() before
 #            the generation cache.
@@ -102,7 +102,8 @@ run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -
 run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
 run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime --micro "$M" \
   $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= workers16=kernels.precompile_workers=16}; do printf -- '--variant %s ' "$v"; done) \
-  --order "${LEVERS_COLDSTART_ORDER:-shipped,workers16,shipped,workers16}" --timeout 150 --json-out "$OUT/coldstart.json"
+  --order "${LEVERS_COLDSTART_ORDER:-shipped,workers16,shipped,workers16}" \
+  ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))
 [ "$DECODE_BUDGET" -gt 330 ] && DECODE_BUDGET=330

@@ -60,3 +60,41 @@ def test_an_order_naming_no_variant_is_a_usage_error(tmp_path, capsys, script):
         script("coldstart").main(["--data", "/d", "--variant", "a=", "--order", "a,b"])
     assert exc.value.code == 2 and "--order names no --variant: b" in capsys.readouterr().err
     assert os.environ.get("COLDSTART_SEEN") is None
+
+
+def test_a_warmed_variant_runs_zebractl_warmup_into_its_cache_first(tmp_path, monkeypatch, script):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("COLDSTART_SEEN", str(seen))
+    out = tmp_path / "cold.json"
+    code = script("coldstart").main([
+        "--data", "/data", "--python", str(fake), "--variant", "cold=", "--variant", "warm=a=1",
+        "--warmed", "warm", "--order", "cold,warm", "--micro", "8", "--json-out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert (
+        "warmup_s" not in rows[0] and rows[1]["warmup_s"] >= 0 and rows[1]["warmup_error"] is None
+    )
+    lines = seen.read_text().splitlines()
+    calls = [ln for ln in lines if " warmup " in f" {ln} " or " train " in f" {ln} "]
+    assert [("warmup" if " warmup " in f" {c} " else "train") for c in calls] == [
+        "train",
+        "warmup",
+        "train",
+    ]
+    assert (
+        "--set a=1" in calls[1] and "--set batch.micro=8" in calls[1] and "--output" not in calls[1]
+    )
+    caches = [ln for ln in lines if ln.startswith("kernel cache")]
+    assert caches[1] == caches[2] != caches[0]  # the warmup filled the cache its run then read
+
+
+def test_warmed_naming_no_variant_is_a_usage_error(capsys, script):
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        script("coldstart").main(["--data", "/d", "--variant", "a=", "--warmed", "b"])
+    assert exc.value.code == 2 and "--warmed names no --variant: b" in capsys.readouterr().err
