@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import sys
 import time
 
@@ -79,6 +80,9 @@ def test_ctrl_c_mid_generation_exits_130_and_leaves_the_terminal_clean(trained, 
             "--max-new-tokens", "400", "--stop", "\u2603never\u2603"]  # fmt: skip
     pid, fd = pty.fork()
     if pid == 0:  # the child: the pseudo-terminal is its controlling terminal
+        # as an interactive shell starts a foreground job: SIGINT at its default, whatever this
+        # process inherited (a pytest-xdist worker ignores it, and an ignored SIGINT survives exec)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(sys.executable, argv, env)
     try:
         shown = b""
