@@ -65,7 +65,9 @@
 #   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
 #   CHECK_PERF_EXTRA=1    the perf phase also times zebra_mamba_300M_hybrid, kda_300M and
 #                         zebra_gdn_300M_hybrid at micro 16 in one process (bench_micro16) and the
-#                         default checkpoint save's training pause (stall_kda_300M); 0: not
+#                         default checkpoint save's training pause (stall_kda_300M) and, on a GPU
+#                         over 100 GB, CHECK_PERF_BIG as shipped (4 iterations each); 0: not
+#   CHECK_PERF_BIG="zebra_mamba_1B_hybrid_1gpu zebra_kda_1B_hybrid_1gpu"   those recipes (empty: none)
 #   CHECK_PERF_RECIPES="kda_300M gdn_300M"   the perf phase's recipes (one of them: a shorter job; the
 #                         record then says the other was not measured)
 #   CHECK_PERF_MICRO=64 (32 on a GPU under 100 GB)   CHECK_EVAL_TASK=arc_easy   CHECK_EVAL_LIMIT=100 (0: no --limit)
@@ -92,6 +94,8 @@ KNOWN_PHASES="perf memory tests parity eval"  # memory: only when named (issue 2
 # (issue 27: the difference is one block's share); recompute modes the shipped ones do not use
 MEMORY_RUNS="zebra_kda_1B_hybrid_1gpu zebra_gdn_1B_hybrid_1gpu zebra_mamba_1B_hybrid_1gpu zebra_mamba_3B_hybrid_1gpu zebra_mamba_8B_hybrid:::model.num_blocks=4 zebra_mamba_8B_hybrid:::model.num_blocks=8 zebra_kda_1B_hybrid_1gpu:fit:selective:schedule.iterations=8 zebra_mamba_3B_hybrid_1gpu:fit:full:schedule.iterations=6 zebra_mamba_1B_hybrid_1gpu:fit::data.seq_length=8192,schedule.iterations=8"
 PERF_RECIPES=${CHECK_PERF_RECIPES:-kda_300M gdn_300M}  # the perf phase's recipes (the record expects these two)
+# with CHECK_PERF_EXTRA, on a GPU over 100 GB: these recipes as shipped, 4 iterations each
+PERF_BIG=${CHECK_PERF_BIG-zebra_mamba_1B_hybrid_1gpu zebra_kda_1B_hybrid_1gpu}
 PARITY_RECIPE=kda_300M
 
 now() { date +%s; }
@@ -242,6 +246,17 @@ phase_perf() {
       --set schedule.warmup_iterations=1 --set checkpoint.interval=3 \
       --output "$JOB/runs/stall_kda_300M" --json
     rc=$?; [ $rc = 0 ] || fails+=("$(why stall_kda_300M $rc)")
+    # the one-GPU 1B hybrids as shipped (their micro- and global batch, seq): they need > 80 GB
+    if [ "$(gpu_mib)" -ge 100000 ]; then
+      for recipe in $PERF_BIG; do
+        gpu_step perf "perf_$recipe" 300 TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" \
+          --set schedule.iterations=4 --set schedule.warmup_iterations=1 \
+          --set checkpoint.enabled=false --output "$JOB/runs/perf_$recipe" --json
+        rc=$?; [ $rc = 0 ] || fails+=("$(why "perf_$recipe" $rc)")
+      done
+    else
+      echo "needs a GPU of more than 80 GB (this one: $(gpu_mib) MiB)" > "$JOB/perf_big_skipped.txt"
+    fi
   fi
   verdict perf "$t0"
 }

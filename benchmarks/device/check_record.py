@@ -49,6 +49,8 @@ PHASES = ("setup", "perf", "memory", "tests", "parity", "eval")
 DEFAULT_PHASES = ("perf", "tests", "parity", "eval")
 """What runs without PHASES; ``memory`` (the big models' peak memory, issue 27) only when named."""
 PERF_RECIPES = ("kda_300M", "gdn_300M")
+# the one-GPU 1B hybrids the perf phase trains as shipped on a GPU over 100 GB (check.sh PERF_BIG)
+PERF_BIG = ("zebra_mamba_1B_hybrid_1gpu", "zebra_kda_1B_hybrid_1gpu")
 CLAIM_VARIANT = "fla_shipped"
 """The FLA variant of the README's "x FLA shipped" ratios (FLA's class trained its way, its loss as
 shipped); ``fla_tuned`` (our LM-head loss swapped in) is the one of its "x FLA tuned" ratios."""
@@ -241,6 +243,26 @@ def perf(job: Path, variants: list[str]) -> dict[str, Any]:
         }
     out["micro16"] = _safe(micro16, job)
     out["save_stall"] = _safe(save_stall, job)
+    out["big"] = _safe(big, job)
+    return out
+
+
+def big(job: Path) -> dict[str, Any]:
+    """The one-GPU 1B hybrids as shipped (`zebractl train RECIPE`, the recipe's batch and
+    sequence length): tokens/s and MFU of iterations 2-4, or why they were not run."""
+    skipped = job / "perf_big_skipped.txt"
+    out: dict[str, Any] = {}
+    for recipe in PERF_BIG:
+        if (job / "runs" / f"perf_{recipe}").is_dir():
+            out[recipe] = ours_throughput(job, recipe)
+        elif skipped.is_file():
+            out[recipe] = {
+                "tokens_per_s": None,
+                "mfu": None,
+                "missing": skipped.read_text().strip(),
+            }
+        else:
+            out[recipe] = {"tokens_per_s": None, "mfu": None, "missing": "not run"}
     return out
 
 
@@ -691,6 +713,9 @@ def summary(record: dict[str, Any]) -> str:
             x = ratio.get(v)
             parts.append(f"{x:.2f}x {v}" if x is not None else f"{v} n/a")
         notes.append(", ".join(parts))
+    for recipe, r in (p.get("big") or {}).items():
+        if isinstance(r, dict) and r.get("tokens_per_s") is not None:
+            notes.append(f"{recipe} {_tps(r['tokens_per_s'])} tok/s MFU {_pct(r.get('mfu'))}")
     rows.append(("perf", p, " | ".join(notes)))
     t = record.get("tests") or {}
     rows.append(

@@ -392,3 +392,25 @@ def test_a_complete_run_past_the_limit_is_ok(cr, tmp_path):
     rec = json.loads(cr.write(job, tmp_path / "out").read_text())
     assert rec["tests"]["passed"] == 2 and rec["tests"]["interrupted"] is False
     assert rec["phases"]["tests"]["status"] == "ok", rec["phases"]["tests"]
+
+
+def test_the_1b_hybrids_as_shipped_get_their_row_or_the_reason_they_did_not_run(cr, tmp_path):
+    job = _job(tmp_path)
+    run = job / "runs" / "perf_zebra_mamba_1B_hybrid_1gpu"
+    run.mkdir(parents=True)
+    rows = [_row(1, 9_000.0, 0.01)] + [
+        _row(i, 60_000.0 + 100 * i, 0.48 + i / 1000) for i in (2, 3, 4)
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    rec = json.loads(cr.write(job, tmp_path / "out").read_text())
+    big = rec["perf"]["big"]
+    mamba = big["zebra_mamba_1B_hybrid_1gpu"]
+    assert mamba["tokens_per_s"] == 60_300 and mamba["mfu"] == pytest.approx(0.483)
+    assert big["zebra_kda_1B_hybrid_1gpu"]["missing"] == "not run"
+    assert "zebra_mamba_1B_hybrid_1gpu 60,300 tok/s MFU 48.3%" in cr.summary(rec)
+
+    (job / "perf_big_skipped.txt").write_text(
+        "needs a GPU of more than 80 GB (this one: 81559 MiB)\n"
+    )
+    rec = cr.build(job)
+    assert rec["perf"]["big"]["zebra_kda_1B_hybrid_1gpu"]["missing"].startswith("needs a GPU of")
