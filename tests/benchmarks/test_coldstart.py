@@ -21,12 +21,18 @@ case "$*" in *fail=yes*) echo "error: out of memory"; exit 3 ;; esac
 """
 
 
-def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch, script):
+def _stand_in(tmp_path, monkeypatch):
+    """The stand-in interpreter and the file it appends what it saw to."""
     fake = tmp_path / "python"
     fake.write_text(FAKE)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     seen = tmp_path / "seen.txt"
     monkeypatch.setenv("COLDSTART_SEEN", str(seen))
+    return fake, seen
+
+
+def test_variants_run_in_order_each_with_a_fresh_cache(tmp_path, monkeypatch, script):
+    fake, seen = _stand_in(tmp_path, monkeypatch)
     monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/warm")  # a warm cache must not leak in
     out = tmp_path / "cold.json"
     code = script("coldstart").main([
@@ -63,11 +69,7 @@ def test_an_order_naming_no_variant_is_a_usage_error(tmp_path, capsys, script):
 
 
 def test_a_warmed_variant_runs_zebractl_warmup_into_its_cache_first(tmp_path, monkeypatch, script):
-    fake = tmp_path / "python"
-    fake.write_text(FAKE)
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    seen = tmp_path / "seen.txt"
-    monkeypatch.setenv("COLDSTART_SEEN", str(seen))
+    fake, seen = _stand_in(tmp_path, monkeypatch)
     out = tmp_path / "cold.json"
     code = script("coldstart").main([
         "--data", "/data", "--python", str(fake), "--variant", "cold=", "--variant", "warm=a=1",
