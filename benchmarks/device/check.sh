@@ -28,7 +28,10 @@
 #                     zebractl train kda_300M (cap 150) and gdn_300M (cap 120) through the CLI, micro
 #                     = global = 64, 4 iterations, tokens/s + MFU of iterations 2-4; these warm the
 #                     kernel cache for the shapes; then benchmarks/step_bench.py --runs
-#                     fla_shipped:64 fla_tuned:64 per recipe (cap 120 each): FLA's classes FLA's way
+#                     fla_shipped:64 fla_tuned:64 per recipe (cap 120 each): FLA's classes FLA's way;
+#                     with CHECK_PERF_EXTRA (default on) also bench_micro16 (cap 300), stall_kda_300M
+#                     (cap 120) and, over 100 GB, the 1B hybrids as shipped (cap 300 each): up to
+#                     17 minutes more, so a full check on an H200 wants CHECK_BUDGET ~1500
 #   then side by side on an H200 (parity's own throughput is not a claim, so sharing the GPU is
 #   acceptable; on a GPU under 100 GB parity and eval run first, then the tests, one at a time):
 #     tests ~= 390 s  pytest -m gpu tests/model tests/convert tests/train (cap: the rest of the
