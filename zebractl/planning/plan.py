@@ -34,7 +34,16 @@ fused residual add: see :data:`RESIDUAL_KEPT_PER_HIDDEN`). Mamba2: the deficit o
 count in zebra_mamba_1B_hybrid (seq 2048, micro 24: 13.48) and zebra_mamba_3B_hybrid (seq 8192,
 micro 2: 13.27) on one H200, the megatron engine (GPU check 2026-12-02-454ff45.memory*.json).
 MLA is counted analytically (the KDA and GDN 1B hybrids' peaks measured within 8% with it), as
-is a recurrent mixer not measured here (no entry)."""
+is a recurrent mixer not measured here (no entry). Mamba2's entry is its scan in fp32 with eager
+glue (``kernels.ssd_precision: fp32`` or ``kernels.compile: none``); the defaults keep less:
+:data:`MAMBA2_FAST_SAVED_PER_VALUE_DIM`."""
+MAMBA2_FAST_SAVED_PER_VALUE_DIM = 3.53
+"""Mamba2's fitted extra with its defaults (``kernels.ssd_precision: mixed``, the scan's operands
+in bf16, and ``kernels.compile`` on: the glue compiled, its intermediates not kept): the 11.3 GiB
+by which zebra_mamba_300M_hybrid's peak fell with both at micro-batch 16 (41.51 -> 30.19 GiB, seq
+2048, benchmarks/step_bench.py on one H100, 2026-12-06, d67324c:
+benchmarks/results/2026-12-06_h100_d67324c_parity_hybrid/bench_hybrid.json), over its 9 Mamba2
+sublayers' d_inner of 2048."""
 RESIDUAL_KEPT_PER_HIDDEN = 1.32
 """Elements per token and unit of hidden size that each sublayer keeps for its pre-norm and
 residual (the analytic count is 2: the norm's input and output). With the residual add fused into
@@ -73,15 +82,33 @@ def parameter_report(m: ModelConfig) -> dict[str, Any]:
     }
 
 
-def _activation_elems_per_token(m: ModelConfig, kind: str) -> int:
-    """Elements autograd keeps per token for one sublayer (fused kernels; an estimate)."""
+def _saved_per_value_dim(cfg: RunConfig) -> dict[str, float]:
+    """:data:`FLA_SAVED_PER_VALUE_DIM` for this run's kernel settings: Mamba2's scan keeps less
+    with its defaults (mixed precision and the glue compiled) on FLA's kernels."""
+    k = cfg.kernels
+    fast = (
+        k.backend != "torch"
+        and cfg.precision != "fp32"
+        and k.ssd_precision == "mixed"
+        and k.compile != "none"
+    )
+    return (
+        {**FLA_SAVED_PER_VALUE_DIM, "mamba2": MAMBA2_FAST_SAVED_PER_VALUE_DIM}
+        if fast
+        else FLA_SAVED_PER_VALUE_DIM
+    )
+
+
+def _activation_elems_per_token(m: ModelConfig, kind: str, saved: dict[str, float]) -> int:
+    """Elements autograd keeps per token for one sublayer (fused kernels; an estimate); ``saved``:
+    :func:`_saved_per_value_dim`."""
     h = m.hidden_size
     r = round(RESIDUAL_KEPT_PER_HIDDEN * h)  # the pre-norm's input and output, fused add
     if kind == "mlp":
         return r + 3 * m.ffn_hidden_size  # normed input, fc1 out (2F), act out (F)
     if kind in MIXER_SPECS:  # the mixer's analytic count, and what its kernels keep (fitted)
         analytic, width = MIXER_SPECS[kind].activations(m)
-        return r + analytic + round(FLA_SAVED_PER_VALUE_DIM.get(kind, 0.0) * width)
+        return r + analytic + round(saved.get(kind, 0.0) * width)
     assert m.mla is not None
     a = m.mla
     q = a.num_heads * (a.qk_head_dim + a.qk_pos_emb_head_dim)
@@ -102,7 +129,8 @@ def kept_elems_per_token(cfg: RunConfig) -> int:
     stream, 2 x hidden) and, selective, its GEMMs' outputs; the final norm keeps 2 x hidden."""
     m, rc = cfg.model, cfg.recompute
     h, subs = m.hidden_size, list(m.sublayers)
-    each = [_activation_elems_per_token(m, k) for k in subs]
+    saved = _saved_per_value_dim(cfg)
+    each = [_activation_elems_per_token(m, k, saved) for k in subs]
     final = 2 * h
     if rc.mode == "none":
         return sum(each) + final
