@@ -10,7 +10,9 @@ zebractl.train.trainer and what it imports at module level), ``megatron`` (megat
 backend: ``TileLangBackend.can_use()`` and KDA's TileLang backward module),
 ``process_group`` (:func:`zebractl.runtime.dist.ensure_initialized`: torch.distributed and
 megatron's parallel state), ``config`` (resolving the recipe). Run it twice in a row on a fresh
-machine: the first run pays the cold page cache too.
+machine: the first run pays the cold page cache too. ``--lazy``: megatron and FLA imported as the
+trainer imports them with ``kernels.lazy_framework_compile`` (their ``torch.compile`` wrappers
+deferred: :mod:`zebractl.runtime.lazy_compile`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,19 @@ def _process_group() -> None:
         pass
 
 
-def stages(recipe: str) -> list[tuple[str, Any]]:
+def _deferred(fn: Any) -> Any:
+    def run() -> Any:
+        from zebractl.runtime.lazy_compile import deferred_compile
+
+        with deferred_compile():
+            return fn()
+
+    return run
+
+
+def stages(recipe: str, lazy: bool = False) -> list[tuple[str, Any]]:
+    wrap = _deferred if lazy else (lambda fn: fn)
+
     def config() -> None:
         from zebractl.config.resolve import resolve_recipe
 
@@ -65,17 +79,17 @@ def stages(recipe: str) -> list[tuple[str, Any]]:
         ("torch", lambda: __import__("torch")),
         ("cuda", _cuda),
         ("trainer", lambda: __import__("zebractl.train.trainer")),
-        ("megatron", lambda: __import__("megatron.core")),
-        ("fla", _fla),
+        ("megatron", wrap(lambda: __import__("megatron.core"))),
+        ("fla", wrap(_fla)),
         ("tilelang", _tilelang),
         ("process_group", _process_group),
         ("config", config),
     ]
 
 
-def run(recipe: str) -> list[dict[str, Any]]:
+def run(recipe: str, lazy: bool = False) -> list[dict[str, Any]]:
     rows = [{"stage": "interpreter", "seconds": round(T0 - _process_start(), 3), "error": None}]
-    for name, fn in stages(recipe):
+    for name, fn in stages(recipe, lazy):
         t = time.perf_counter()
         row: dict[str, Any] = {"stage": name, "error": None}
         try:
@@ -106,13 +120,14 @@ def _process_start() -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", default="kda_300M")
+    ap.add_argument("--lazy", action="store_true", help="the compile wrappers deferred")
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args(argv)
-    rows = run(args.recipe)
+    rows = run(args.recipe, args.lazy)
     total = round(sum(r["seconds"] for r in rows), 2)
     print(f"{'total':>14}  {total:7.2f} s", flush=True)
     if args.json_out:
-        doc = {"recipe": args.recipe, "rows": rows, "total_s": total}
+        doc = {"recipe": args.recipe, "lazy": args.lazy, "rows": rows, "total_s": total}
         args.json_out.write_text(json.dumps(doc, indent=1))
     return 0
 

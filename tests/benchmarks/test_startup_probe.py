@@ -28,3 +28,19 @@ def test_every_stage_is_timed_and_a_failure_is_its_rows_error(tmp_path, monkeypa
     assert errors.pop("tilelang") == "ModuleNotFoundError: No module named 'tilelang'"
     assert set(errors.values()) == {None}, errors
     assert doc["total_s"] == pytest.approx(sum(r["seconds"] for r in doc["rows"]), abs=0.02)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_lazy_imports_megatron_and_fla_with_the_compile_wrappers_deferred(
+    tmp_path, monkeypatch, script, lazy
+):
+    import torch
+
+    probe = script("startup_probe")
+    real, seen = torch.compile, []
+    monkeypatch.setattr(probe, "_fla", lambda: seen.append(torch.compile is real))
+    out = tmp_path / "probe.json"
+    args = ["--recipe", "tiny_kda", "--json-out", str(out), *(["--lazy"] if lazy else [])]
+    assert probe.main(args) == 0
+    assert seen == [not lazy] and torch.compile is real
+    assert json.loads(out.read_text())["lazy"] is lazy

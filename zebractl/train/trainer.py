@@ -123,6 +123,10 @@ class Trainer:
         self.iters = derive(cfg).iterations
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
+        if cuda and cfg.kernels.lazy_framework_compile and cfg.kernels.backend != "torch":
+            from zebractl.runtime.lazy_compile import import_frameworks
+
+            import_frameworks(fla=True)  # once this rank's GPU is set: FLA's import queries it
         check_engine(cfg, self.device, self.world)
         spec, self.eod = setup.check_data(cfg)  # eod: documents kept apart
         compiling = precompile.start(cfg, self.device)  # joined at the end of setup
@@ -337,6 +341,10 @@ class Trainer:
         from zebractl.run import lock
         from zebractl.runtime.dist import launched_world
 
+        if self.cfg.kernels.lazy_framework_compile:  # before the process group imports megatron
+            from zebractl.runtime.lazy_compile import import_frameworks
+
+            import_frameworks(fla=False)
         writer = launched_world()[0] == 0  # rank 0 holds the run directory's lock
         held = (
             lock.hold(self.run.root, "train", self._console, self.run.checkpoints)
