@@ -177,7 +177,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--warmed names no --variant: {', '.join(sorted(warmed - set(variants)))}")
     if a.prime:
         order = [order[0], *order]
-    rows = []
+    rows: list[dict] = []
+
+    def record() -> dict:
+        """The document so far, written after every run: a job cut short keeps the runs it made."""
+        doc = {
+            "recipe": a.recipe,
+            "variants": variants,
+            "order": order,
+            "rows": rows,
+            "summary": summary(rows),
+        }
+        if a.json_out:
+            a.json_out.write_text(json.dumps(doc, indent=1))
+        return doc
+
     with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
         for i, name in enumerate(order):
             run_dir = Path(tmp) / f"run{i}"
@@ -197,16 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:>12}{' (prime)' if row['prime'] else ''}  {marks}  {row['error'] or ''}",
                 flush=True,
             )
-    doc = {
-        "recipe": a.recipe,
-        "variants": variants,
-        "order": order,
-        "rows": rows,
-        "summary": summary(rows),
-    }
-    print(json.dumps(doc["summary"], indent=1))
-    if a.json_out:
-        a.json_out.write_text(json.dumps(doc, indent=1))
+            record()
+    print(json.dumps(record()["summary"], indent=1))
     return 0 if all(r["error"] is None for r in rows) else 1
 
 

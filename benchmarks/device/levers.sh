@@ -21,12 +21,14 @@
 #            (micro 16), the defaults: profile_*.md and .json;
 #   gputests  pytest -m gpu over LEVERS_PYTEST_ARGS (default: tests/generate tests/convert).
 # Only when named in LEVERS_STEPS (not in the default list):
-#   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site);
+#   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site),
+#            without and with the compile wrappers deferred, LEVERS_STARTUP_REPEAT rounds (default 1);
 #   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the shipped background compilation
 #            against kernels.precompile_workers 16 (compiled without launching, 16 at once),
 #            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
-#            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`);
+#            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`;
+#            LEVERS_COLDSTART_PRIME=0: no throwaway run first);
 #   decode   benchmarks/decode_bench.py: kda_300M and zebra_mamba_1B_hybrid_1gpu at 1k/8k/32k, the
 #            engine eager and graphed, FLA's class (kda_300M), the dense Llama and generate() before
 #            the generation cache.
@@ -99,8 +101,20 @@ done
 fi
 run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
   --junitxml "$OUT/gputests.junit.xml" ${LEVERS_PYTEST_ARGS:-tests/generate tests/convert}
-run 60 startup "$PY" benchmarks/startup_probe.py --json-out "$OUT/startup_probe.json"
-run 420 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" --prime --micro "$M" \
+# LEVERS_STARTUP_REPEAT=N: N rounds of the probe as train imported before (plain) and with the
+# compile wrappers deferred (lazy), alternated, all in startup_probe.jsonl (one JSON per line)
+startup_rounds() {
+  local i mode
+  for i in $(seq 1 "${LEVERS_STARTUP_REPEAT:-1}"); do
+    for mode in plain lazy; do
+      "$PY" benchmarks/startup_probe.py $([ $mode = lazy ] && echo --lazy) --json-out "/tmp/probe_$mode$i.json" \
+        && tr -d '\n' < "/tmp/probe_$mode$i.json" >> "$OUT/startup_probe.jsonl" && echo >> "$OUT/startup_probe.jsonl"
+    done
+  done
+}
+export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT
+run 240 startup bash -c startup_rounds
+run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
   $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= workers16=kernels.precompile_workers=16}; do printf -- '--variant %s ' "$v"; done) \
   --order "${LEVERS_COLDSTART_ORDER:-shipped,workers16,shipped,workers16}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"

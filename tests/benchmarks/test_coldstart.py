@@ -100,3 +100,31 @@ def test_warmed_naming_no_variant_is_a_usage_error(capsys, script):
     with pytest.raises(SystemExit) as exc:
         script("coldstart").main(["--data", "/d", "--variant", "a=", "--warmed", "b"])
     assert exc.value.code == 2 and "--warmed names no --variant: b" in capsys.readouterr().err
+
+
+def test_the_record_holds_every_finished_run_when_the_job_is_cut_short(
+    tmp_path, monkeypatch, script
+):
+    """The GPU job's time limit may stop the script mid-run: the runs before it are on disk."""
+    import pytest
+
+    fake, _ = _stand_in(tmp_path, monkeypatch)
+    mod = script("coldstart")
+    real, calls = mod.one, []
+
+    def cut(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what the job's timeout does to the third run
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mod, "one", cut)
+    out = tmp_path / "cold.json"
+    with pytest.raises(KeyboardInterrupt):
+        mod.main([
+            "--data", "/d", "--python", str(fake), "--variant", "a=", "--variant", "b=",
+            "--order", "a,b,a,b", "--json-out", str(out),
+        ])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert [r["variant"] for r in doc["rows"]] == ["a", "b"]
+    assert doc["summary"]["a"]["runs"] == 1 and doc["summary"]["b"]["runs"] == 1
