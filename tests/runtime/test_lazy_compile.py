@@ -92,3 +92,17 @@ def test_importing_megatron_and_fla_skips_torch_inductor():
     print(doc)
     assert doc["done"][:2] == ["megatron.core", "fla"] and doc["again"] == []
     assert doc["inductor"] is False
+
+
+def test_train_imports_the_frameworks_lazily_only_when_asked(fast, tmp_path, monkeypatch):
+    """``kernels.lazy_framework_compile``: the trainer calls import_frameworks (megatron only on a
+    CPU: FLA is imported only with a GPU set) and trains the same losses, bitwise (tiny_kda, fp32 on
+    the CPU, seed of the recipe)."""
+    pytest.importorskip("megatron.core")
+    calls = []
+    monkeypatch.setattr(lc, "import_frameworks", lambda fla: calls.append(fla) or [])
+    fast.train("tiny_kda", tmp_path / "lazy", "kernels.lazy_framework_compile=true")
+    assert calls == [False]
+    fast.train("tiny_kda", tmp_path / "plain")
+    assert calls == [False]  # the default: not called
+    assert fast.losses(tmp_path / "lazy") == fast.losses(tmp_path / "plain")

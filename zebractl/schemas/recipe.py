@@ -312,12 +312,14 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
-    lazy_framework_compile: bool = True
+    lazy_framework_compile: bool = False
     """megatron-core and FLA wrap functions in torch.compile as they are imported (megatron's
     jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor: seconds of each
     run's start-up, for functions zebractl mostly never calls. true: the training run imports them
     with those wrappers made on each function's first call instead (the same compiled function,
-    made later; zebractl.runtime.lazy_compile). false: made at import, as the libraries do."""
+    made later; zebractl.runtime.lazy_compile; 4.1 s instead of 5.2 s for both imports on a 2-core
+    CPU). false: made at import, as the libraries do. Opt-in until it is measured on a GPU beside
+    the default with the parity smoke (no GPU was lent when it was built, 2026-12-06)."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
     first launch, one after the other; N = it compiles them without launching, N Triton compiles
