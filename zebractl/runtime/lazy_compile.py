@@ -2,9 +2,9 @@
 
 Both wrap functions in ``torch.compile`` as their modules are imported: megatron-core's
 ``jit_fuser`` (its fused bias/activation/RoPE helpers) and FLA's ``@torch.compile`` functions.
-Building those wrappers imports TorchDynamo and TorchInductor, seconds of every training run's
-start-up, for functions zebractl mostly never calls (its own kernels replace them). On a 2-core
-CPU, importing both took 5.2 s, and 4.1 s with the wrappers deferred (TorchInductor not imported;
+Building those wrappers imports TorchDynamo and TorchInductor at every training run's start-up, for
+functions zebractl mostly never calls (its own kernels replace them). On a 2-core CPU, importing
+both took 5.2 s, and 4.1 s with the wrappers deferred (TorchInductor not imported;
 ``tests/runtime/test_lazy_compile.py`` shows the import skips it).
 
 :func:`import_frameworks` imports them with ``torch.compile`` replaced by :func:`deferred` for the

@@ -314,8 +314,8 @@ class KernelsConfig(StrictModel):
     kernel over). Nothing changes on a warm cache or in what is trained."""
     lazy_framework_compile: bool = False
     """megatron-core and FLA wrap functions in torch.compile as they are imported (megatron's
-    jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor: seconds of each
-    run's start-up, for functions zebractl mostly never calls. true: the training run imports them
+    jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor at each run's
+    start-up, for functions zebractl mostly never calls. true: the training run imports them
     with those wrappers made on each function's first call instead (the same compiled function,
     made later; zebractl.runtime.lazy_compile; 4.1 s instead of 5.2 s for both imports on a 2-core
     CPU). false: made at import, as the libraries do. Opt-in until it is measured on a GPU beside
