@@ -284,6 +284,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
         "precompile": (precompile, "cfg.kernels.precompile"),
         "precompile_tilelang": (precompile, "cfg.kernels.precompile_tilelang"),
         "precompile_workers": (precompile, "cfg.kernels.precompile_workers"),
+        "precompile_tilelang_overlap": (precompile, "cfg.kernels.precompile_tilelang_overlap"),
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
         "lazy_framework_compile": (trainer, "cfg.kernels.lazy_framework_compile"),  # imports

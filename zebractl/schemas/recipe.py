@@ -312,6 +312,13 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
+    precompile_tilelang_overlap: bool = False
+    """With precompile on and KDA's TileLang backward built beside it (either place above): true =
+    the background step runs KDA's backward at once, with stand-ins for that kernel's outputs
+    (zebractl.train.tilelang_build.stand_in), so the backward's Triton kernels compile while nvcc
+    builds the TileLang one; false = it waits for the TileLang kernel, then compiles them. The
+    background step's outputs are thrown away either way: nothing trained changes. Opt-in until
+    measured on a GPU beside the default."""
     lazy_framework_compile: bool = False
     """megatron-core and FLA wrap functions in torch.compile as they are imported (megatron's
     jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor at each run's

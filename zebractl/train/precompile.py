@@ -10,6 +10,9 @@ training forward + backward and one evaluation forward of each distinct recurren
 length, in the dtypes its engine trains in, on throwaway weights; the kernels land in Triton's and
 TileLang's caches (memory and disk) while the main thread reads the data and builds the model, and
 the first step then finds them compiled. TileLang's nvcc and Triton's ptxas run outside the GIL.
+KDA's backward waits for its TileLang kernel (built by a helper) before the Triton kernels around it
+compile; with ``kernels.precompile_tilelang_overlap`` it runs at once with stand-ins for that
+kernel's outputs (:func:`zebractl.train.tilelang_build.stand_in`) and they compile meanwhile.
 With ``kernels.precompile_workers: N`` the step compiles its Triton kernels without launching them,
 N at once (:mod:`zebractl.train.compile_only`).
 
@@ -21,6 +24,7 @@ without it; :meth:`Precompile.join` (before the first step) waits for it. Off wi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +45,8 @@ class Precompile:
     error: BaseException | None = None
     helpers: list[threading.Thread] = field(default_factory=list)
     """Threads that build TileLang kernels (see :func:`tilelang_builds`)."""
+    overlapped: bool = False
+    """KDA's backward ran with stand-ins for its TileLang kernel (``precompile_tilelang_overlap``)."""
     compiled: Any = None
     """With ``kernels.precompile_workers``: what the compile-only step did
     (:class:`zebractl.train.compile_only.CompileOnly`)."""
@@ -67,6 +73,8 @@ class Precompile:
             how = f"; {self.compiled.submitted} kernel calls compiled without launching" + (
                 f", {left} autotuned kernels left to the first step" if left else ""
             )
+        if self.overlapped:
+            how += "; KDA's backward compiled beside its TileLang kernel"
         return (
             f"kernels compiled in the background in {took:.1f} s (setup waited {waited:.1f} s{how})"
         )
@@ -101,21 +109,29 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
         job.helpers.append(threading.Thread(name="zebractl-tilelang", daemon=True, target=helper))
         job.helpers[-1].start()
 
+    overlap = cfg.kernels.precompile_tilelang_overlap and bool(job.helpers)
+    stood_in = False
+
     def wait_for_helpers(kind: str) -> None:
-        # TileLang does not share a compilation in flight: a second request would compile again
-        if kind == "kda":
+        # TileLang does not share a compilation in flight: a second request would compile again;
+        # with the stand-in there is no request (join() waits for the helpers instead)
+        if kind == "kda" and not stood_in:
             for helper in job.helpers:
                 helper.join()
 
     def target() -> None:
+        nonlocal stood_in
         try:
-            from zebractl.train import compile_only
+            from zebractl.train import compile_only, tilelang_build
 
-            if workers and compile_only.supported():
-                with compile_only.compile_only(workers) as job.compiled:
+            stand_in = tilelang_build.stand_in() if overlap else contextlib.nullcontext(False)
+            with stand_in as stood_in:
+                job.overlapped = stood_in
+                if workers and compile_only.supported():
+                    with compile_only.compile_only(workers) as job.compiled:
+                        exercise(cfg, device, wait_for_helpers)
+                else:
                     exercise(cfg, device, wait_for_helpers)
-            else:
-                exercise(cfg, device, wait_for_helpers)
         except BaseException as exc:  # noqa: BLE001 - reported by join(); the step compiles then
             job.error = exc
         finally:

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import inspect
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from zebractl.schemas.recipe import RunConfig
@@ -71,6 +74,56 @@ def prepare(batch: int, heads: int, k: int, v: int) -> Callable[[], None] | None
             _build_kda_bwd_kernel(*args, num_warps=8 if k <= 64 else 4)
 
     return build
+
+
+_BACKWARD = "chunk_kda_bwd_wy_dqkg_fused"
+"""FLA's dispatched name of KDA's fused backward, the one kernel its TileLang backend replaces."""
+
+
+@contextlib.contextmanager
+def stand_in() -> Iterator[bool]:
+    """While inside, in the thread that entered and nowhere else, FLA's TileLang implementation of
+    KDA's fused backward returns fresh tensors of its outputs' shapes, dtypes and layouts (what
+    ``chunk_kda_bwd_wy_dqkg_fused_tilelang`` allocates) without compiling or running its kernel;
+    other threads get the kernel. Yields whether the stand-in is in place (False where FLA is not
+    the version this knows: nothing is changed then).
+
+    The background compilation (``kernels.precompile_tilelang_overlap``) runs KDA's backward on
+    throwaway weights under it, so the Triton kernels after the TileLang one compile while nvcc
+    builds it elsewhere instead of after it; their inputs are then uninitialised memory, which
+    only a kernel's compilation sees (shapes, dtypes, alignment), never the run."""
+    try:
+        import torch
+        from fla.ops.kda.backends.tilelang import KDATileLangBackend
+
+        original = KDATileLangBackend.__dict__[_BACKWARD]
+        signature = inspect.signature(original)
+        if not {"q", "k", "v", "g", "beta", "A"} <= signature.parameters.keys():
+            raise TypeError(f"{_BACKWARD}{signature}")
+    except Exception:  # noqa: BLE001 - another FLA: no stand-in, the caller waits for the kernel
+        yield False
+        return
+    owner = threading.get_ident()
+
+    def backward(self, *args, **kwargs):
+        if threading.get_ident() != owner:
+            return original(self, *args, **kwargs)
+        a = signature.bind(self, *args, **kwargs).arguments
+        f = torch.float
+        return (
+            torch.empty_like(a["q"], dtype=f),
+            torch.empty_like(a["k"], dtype=f),
+            torch.empty_like(a["v"]),
+            torch.empty_like(a["beta"], dtype=f),
+            torch.empty_like(a["g"], dtype=f),
+            torch.empty_like(a["A"], dtype=f),
+        )
+
+    setattr(KDATileLangBackend, _BACKWARD, functools.wraps(original)(backward))
+    try:
+        yield True
+    finally:
+        setattr(KDATileLangBackend, _BACKWARD, original)
 
 
 def _gpu_visible() -> bool:
