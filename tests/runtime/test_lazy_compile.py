@@ -96,19 +96,14 @@ def test_importing_megatron_and_fla_skips_torch_inductor():
 
 def test_train_imports_the_frameworks_lazily_only_when_asked(fast, tmp_path, monkeypatch):
     """``kernels.lazy_framework_compile: true``: the trainer calls import_frameworks, for megatron
-    only on a CPU (FLA is imported only once a GPU is set); off by default. What the deferred
+    only on a CPU (FLA is imported only once a GPU is set); false: it does not. What the deferred
     import changes is tested above (the same function, made on its first call)."""
     pytest.importorskip("megatron.core")
-    from zebractl.schemas.recipe import KernelsConfig
-
-    assert KernelsConfig().lazy_framework_compile is False
     calls = []
     monkeypatch.setattr(lc, "import_frameworks", lambda fla: calls.append(fla) or [])
-    sets = (
-        "kernels.lazy_framework_compile=true",
-        "schedule.iterations=2",
-        "checkpoint.enabled=false",
-    )
-    fast.train("tiny_kda", tmp_path / "lazy", *sets)
+    sets = ("schedule.iterations=2", "checkpoint.enabled=false")
+    fast.train("tiny_kda", tmp_path / "eager", "kernels.lazy_framework_compile=false", *sets)
+    assert calls == []
+    fast.train("tiny_kda", tmp_path / "lazy", "kernels.lazy_framework_compile=true", *sets)
     assert calls == [False]
-    assert fast.losses(tmp_path / "lazy")  # it trained
+    assert fast.losses(tmp_path / "lazy") and fast.losses(tmp_path / "eager")  # both trained
