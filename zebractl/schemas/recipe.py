@@ -312,21 +312,19 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
-    precompile_tilelang_overlap: bool = False
+    precompile_tilelang_overlap: bool = True
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs
     (zebractl.train.tilelang_build.stand_in), so the backward's Triton kernels compile while nvcc
     builds the TileLang one; false = it waits for the TileLang kernel, then compiles them. The
-    background step's outputs are thrown away either way: nothing trained changes. Opt-in until
-    measured on a GPU beside the default."""
-    lazy_framework_compile: bool = False
+    background step's outputs are thrown away either way: nothing trained changes."""
+    lazy_framework_compile: bool = True
     """megatron-core and FLA wrap functions in torch.compile as they are imported (megatron's
     jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor at each run's
     start-up, for functions zebractl mostly never calls. true: the training run imports them
     with those wrappers made on each function's first call instead (the same compiled function,
     made later; zebractl.runtime.lazy_compile; 4.1 s instead of 5.2 s for both imports on a 2-core
-    CPU). false: made at import, as the libraries do. Opt-in until it is measured on a GPU beside
-    the default with the parity smoke (no GPU was lent when it was built, 2026-12-06)."""
+    CPU). false: made at import, as the libraries do."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
     first launch, one after the other; N = it compiles them without launching, N Triton compiles
