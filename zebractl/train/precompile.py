@@ -84,6 +84,7 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
     """Start compiling ``cfg``'s kernels for ``device`` in a thread (None where nothing would be
     compiled: CPU, the torch backend, ``kernels.precompile: false``)."""
     workers = cfg.kernels.precompile_workers  # read on every device (used on CUDA only)
+    overlap = cfg.kernels.precompile_tilelang_overlap  # likewise
     if cfg.kernels.precompile and cfg.kernels.precompile_tilelang == "process":
         # started by the launcher already (then this is that process), or now: the trainer run
         # without the launcher (the Python API); nothing without a GPU
@@ -109,7 +110,7 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
         job.helpers.append(threading.Thread(name="zebractl-tilelang", daemon=True, target=helper))
         job.helpers[-1].start()
 
-    overlap = cfg.kernels.precompile_tilelang_overlap and bool(job.helpers)
+    overlap = overlap and bool(job.helpers)
     stood_in = False
 
     def wait_for_helpers(kind: str) -> None:
