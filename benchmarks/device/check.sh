@@ -274,7 +274,8 @@ phase_perf() {
 # error and the check's memory verdict into the record. No checkpoint is written
 # (checkpoint.enabled=false: the 3B's final save took 127 s on the H200, 47 GB of the 64 GB disk).
 memory_run() {  # memory_run RECIPE MICRO MODE EXTRA: one training run (fails[] on failure)
-  local recipe=$1 micro=$2 mode=$3 extra=$4 name sets=() x rc
+  local recipe=$1 micro=$2 mode=$3 extra=$4 name sets=() x rc shipped=no
+  [ -z "$micro$mode$extra" ] && shipped=yes  # the recipe as shipped (its --check ran before)
   sets=(--set "schedule.iterations=${CHECK_MEMORY_ITERS:-20}" --set schedule.warmup_iterations=1
         --set checkpoint.enabled=false)
   [ -n "$mode" ] && sets+=(--set "recompute.mode=$mode")
@@ -290,7 +291,7 @@ memory_run() {  # memory_run RECIPE MICRO MODE EXTRA: one training run (fails[] 
   fi
   sets+=(--set "batch.micro=$micro" --set "batch.global=$micro")
   name="memory_${recipe}_m${micro}_${mode:-shipped}${extra:+_$(printf '%s' "$extra" | tr -c 'A-Za-z0-9=\n' '_')}"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$recipe" "$micro" "${mode:-shipped}" "$extra" >> "$JOB/memory_runs.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$recipe" "$micro" "${mode:-shipped}" "$extra" "$shipped" >> "$JOB/memory_runs.tsv"
   "$PY" -m zebractl plan "$recipe" "${TRAIN[@]}" "${sets[@]}" --json > "$JOB/$name.plan.json" 2>> "$JOB/logs/memory_plan.log"
   gpu_step memory "$name" "${CHECK_MEMORY_CAP:-300}" TERM "$PY" -m zebractl train "$recipe" "${TRAIN[@]}" "${sets[@]}" \
     --output "$JOB/runs/$name" --json

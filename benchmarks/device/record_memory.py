@@ -20,7 +20,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record_io import num, read_json, read_tsv, train_rows  # noqa: E402
 
-COLUMNS = ("name", "recipe", "micro", "mode", "sets")
+COLUMNS = ("name", "recipe", "micro", "mode", "sets", "as_shipped")
+"""memory_runs.tsv's columns; ``as_shipped`` (yes/no) is the run's micro-batch, recompute mode and
+sets all the recipe's (its ``--check`` verdict belongs to it). Files from before that column:
+mode ``shipped`` and no sets, whatever the micro-batch (a run at another micro-batch then showed
+the shipped one's verdict: the 2026-12-06 426c5e6 memory record's micro-32 row)."""
 
 
 def _plan(path: Path) -> tuple[float | None, str | None]:
@@ -54,7 +58,10 @@ def run_row(job: Path, spec: dict[str, str], status: dict[str, str] | None) -> d
     mem = [g for g in (num(r.get("memory_gib")) for r in rows) if g is not None]
     peak = max(mem) if mem else None
     plan, label = _plan(job / f"{name}.plan.json")
-    shipped = spec.get("mode") == "shipped" and not spec.get("sets")
+    if spec.get("as_shipped") in ("yes", "no"):
+        shipped = spec["as_shipped"] == "yes"
+    else:  # written before the column
+        shipped = spec.get("mode") == "shipped" and not spec.get("sets")
     step = status or {}
     reason = None
     if step.get("status") not in (None, "ok"):

@@ -271,10 +271,12 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
     job = _job(tmp_path, phases="memory")
     ok, cut = "memory_zebra_kda_1B_hybrid_m13_selective", "memory_zebra_mamba_3B_hybrid_m20_full"
     shipped = "memory_zebra_kda_1B_hybrid_1gpu_m8_shipped"
+    other = "memory_zebra_kda_1B_hybrid_1gpu_m16_shipped"  # another micro-batch: not as shipped
     (job / "memory_runs.tsv").write_text(
         f"{ok}\tzebra_kda_1B_hybrid\t13\tselective\t\n"
         f"{cut}\tzebra_mamba_3B_hybrid\t20\tfull\tmodel.num_blocks=4,kernels.precompile=false\n"
-        f"{shipped}\tzebra_kda_1B_hybrid_1gpu\t8\tshipped\t\n"
+        f"{shipped}\tzebra_kda_1B_hybrid_1gpu\t8\tshipped\t\tyes\n"
+        f"{other}\tzebra_kda_1B_hybrid_1gpu\t16\tshipped\t\tno\n"
     )
     (job / f"{shipped}.plan.json").write_text(
         json.dumps({"memory_per_gpu": {"total_gib": 112.1, "recompute": "none"}})
@@ -300,7 +302,7 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
     (job / "phases.tsv").write_text("memory\tfailed\t1800000010\t1800000430\tcut stopped\n")
     rec = cr.build(job)
     mem = rec["memory"]
-    a, b, c = mem["runs"]
+    a, b, c, d = mem["runs"]
     assert (a["micro"], a["recompute"], a["tokens_per_s"], a["mfu"]) == (
         13,
         "selective",
@@ -320,6 +322,7 @@ def test_the_memory_phase_gives_peak_throughput_and_the_plans_error(cr, tmp_path
     assert (c["recompute"], c["as_shipped"], c["status"]) == ("none", True, "missing")
     assert c["check"] == {"ok": True, "memory": "ok", "detail": memory_row["detail"]}
     assert a["check"] is None and not a["as_shipped"]
+    assert d["check"] is None and d["as_shipped"] is False and d["recompute"] == "shipped"
     assert rec["phases"]["memory"]["status"] == "failed" and rec["wall_s"]["memory"] == 420.0
     text = cr.summary(rec)
     assert (

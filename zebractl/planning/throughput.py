@@ -41,16 +41,16 @@ MEASURED: dict[str, Measured] = {
         "benchmarks/results/2026-12-01_h200_issue12b (benchmarks/results/performance.json)",
     ),
     "zebra_kda_1B_hybrid": Measured(
-        8, 8192, 63_005, 0.482, "zebra_kda_1B_hybrid_1gpu, megatron engine",
-        "benchmarks/results/gpu-check/2026-12-02-454ff45.memory.json (H200, 2026-12-02)",
+        8, 8192, 65_379, 0.5003, "zebra_kda_1B_hybrid_1gpu as shipped, megatron engine",
+        "benchmarks/results/gpu-check/2026-12-06-426c5e6.json (H200, 2026-12-06)",
     ),
     "zebra_gdn_1B_hybrid": Measured(
         8, 8192, 78_950, 0.504, "zebra_gdn_1B_hybrid_1gpu (vocabulary 50257), megatron engine",
         "benchmarks/results/gpu-check/2026-12-02-454ff45.memory2.json (H200, 2026-12-02)",
     ),
     "zebra_mamba_1B_hybrid": Measured(
-        16, 2048, 52_731, 0.419, "zebra_mamba_1B_hybrid_1gpu as shipped, megatron engine",
-        "benchmarks/results/gpu-check/2026-12-02-003ac79.memory.json (H200, 2026-12-02)",
+        16, 2048, 62_935, 0.4997, "zebra_mamba_1B_hybrid_1gpu as shipped, megatron engine",
+        "benchmarks/results/gpu-check/2026-12-06-426c5e6.memory.json (H200, 2026-12-06)",
     ),
     "zebra_mamba_3B_hybrid": Measured(
         1, 8192, 16_420, 0.356, "zebra_mamba_3B_hybrid_1gpu as shipped, megatron engine",

@@ -312,19 +312,27 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
-    precompile_tilelang_overlap: bool = True
+    precompile_tilelang_overlap: bool = False
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs
     (zebractl.train.tilelang_build.stand_in), so the backward's Triton kernels compile while nvcc
     builds the TileLang one; false = it waits for the TileLang kernel, then compiles them. The
-    background step's outputs are thrown away either way: nothing trained changes."""
-    lazy_framework_compile: bool = True
+    background step's outputs are thrown away either way: nothing trained changes. Opt-in: on an
+    H200 (2026-12-06, 426c5e6) kda_300M's background compilation took 35.9 and 37.5 s with it
+    against 30.0-31.9 s without (both compile on threads of one process: the Triton front end and
+    TileLang's lowering contend for the interpreter), its cold start 51.0 and 58.1 s against 47.3
+    and 50.1 s."""
+    lazy_framework_compile: bool = False
     """megatron-core and FLA wrap functions in torch.compile as they are imported (megatron's
     jit_fuser, FLA's @torch.compile), which imports TorchDynamo and TorchInductor at each run's
     start-up, for functions zebractl mostly never calls. true: the training run imports them
     with those wrappers made on each function's first call instead (the same compiled function,
     made later; zebractl.runtime.lazy_compile; 4.1 s instead of 5.2 s for both imports on a 2-core
-    CPU). false: made at import, as the libraries do."""
+    CPU). false: made at import, as the libraries do. Opt-in: on an H200 (2026-12-06, 426c5e6) it
+    cut the imports before setup by ~1 s (megatron-core 5.0/3.3 s against 8.2/7.2 s, FLA 10.7/6.9
+    against 8.1/5.4 s) and setup's first line came ~3 s sooner, but TorchInductor's import and
+    compiles then fell into the background compilation, which took ~5 s longer: no shorter cold
+    start (57.1 s against 54.6 s, both with the overlap above)."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
     first launch, one after the other; N = it compiles them without launching, N Triton compiles
