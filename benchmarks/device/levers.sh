@@ -24,8 +24,9 @@
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site),
 #            without and with the compile wrappers deferred, LEVERS_STARTUP_REPEAT rounds (default 1);
 #   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults against
-#            kernels.lazy_framework_compile (megatron's and FLA's compile wrappers made on first call),
-#            alternated twice after a throwaway run, each a fresh process with a fresh kernel cache
+#            kernels.precompile_processes=4 with kernels.precompile_tilelang=process (the step's
+#            Triton kernels in 4 processes and TileLang's in one, all from launch), alternated
+#            twice after a throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
 #            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`;
 #            LEVERS_COLDSTART_PRIME=0: no throwaway run first);
@@ -115,8 +116,8 @@ startup_rounds() {
 export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT
 run 240 startup bash -c startup_rounds
 run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
-  $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= lazy=kernels.lazy_framework_compile=true}; do printf -- '--variant %s ' "$v"; done) \
-  --order "${LEVERS_COLDSTART_ORDER:-shipped,lazy,shipped,lazy}" \
+  $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= procs=kernels.precompile_processes=4,kernels.precompile_tilelang=process}; do printf -- '--variant %s ' "$v"; done) \
+  --order "${LEVERS_COLDSTART_ORDER:-shipped,procs,shipped,procs}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))

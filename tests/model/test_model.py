@@ -277,7 +277,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     from zebractl.model.mixers import mamba2
 
     assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
-    from zebractl.train import cuda_graph, precompile, trainer
+    from zebractl.train import compile_procs, cuda_graph, precompile, trainer
 
     source = inspect.getsource(ops) + inspect.getsource(layers)  # layers: fp8_mlp picks the MLP
     elsewhere = {  # not how ops compute
@@ -285,6 +285,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
         "precompile_tilelang": (precompile, "cfg.kernels.precompile_tilelang"),
         "precompile_workers": (precompile, "cfg.kernels.precompile_workers"),
         "precompile_tilelang_overlap": (precompile, "cfg.kernels.precompile_tilelang_overlap"),
+        "precompile_processes": (compile_procs, "k.precompile_processes"),
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
         "lazy_framework_compile": (trainer, "cfg.kernels.lazy_framework_compile"),  # imports

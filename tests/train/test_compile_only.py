@@ -166,3 +166,21 @@ def test_a_triton_without_the_internals_falls_back(fast, monkeypatch):
     assert job is not None
     assert "compiled in the background" in job.join() and calls == [1]
     assert job.compiled is None
+
+
+def test_a_share_compiles_every_nth_call_and_skips_the_rest(launches):
+    """``share=(i, n)``: of the calls met in the block, those whose index is i modulo n compile
+    (without launching), the others are neither compiled nor launched; n processes walking the
+    same step with i = 0..n-1 compile each call exactly once between them."""
+    fn = _tuned.fn
+    compiled: list[list[int]] = []
+    for i in range(3):
+        before = len(launches)
+        with co.compile_only(2, share=(i, 3)) as done:
+            for _ in range(7):
+                jit.JITFunction.run(fn, 1, 2, grid=(1,), warmup=False)
+        assert all(w for _, w in launches[before:])  # compiled, never launched
+        assert done.calls == 7 and done.submitted + done.others == 7
+        compiled.append([k for k in range(7) if k % 3 == i])
+        assert done.submitted == len(compiled[-1])
+    assert sorted(k for share in compiled for k in share) == list(range(7))

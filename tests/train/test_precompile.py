@@ -82,15 +82,17 @@ def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workers", [0, 16])
+@pytest.mark.parametrize(("workers", "processes"), [(0, 0), (16, 0), (0, 2)])
 def test_gpu_runs_are_the_same_with_and_without_background_compilation(
-    fast, tmp_path, monkeypatch, workers
+    fast, tmp_path, monkeypatch, workers, processes
 ):
     """The real thing on a GPU with FLA kernels: the thread runs and succeeds (its note is printed),
     and the run's losses equal those of a run without it: the first bitwise (forward kernels are
     deterministic), later ones within 1e-3 relative (FLA's backward kernels may sum in another
     order from run to run). ``workers``: ``kernels.precompile_workers`` (16: the step compiles its
-    Triton kernels without launching them, 16 at once; the note says how many).
+    Triton kernels without launching them, 16 at once; the note says how many). ``processes``:
+    ``kernels.precompile_processes`` (2: two processes compile the step's kernels first, each
+    half; the note says none failed).
 
     kda_300M as shipped (torch_fused, bf16 autocast, FLA's Triton kernels and KDA's TileLang
     backward in the helper thread) at micro-batch 16 of 2048, the shapes of the shipped tuned
@@ -121,7 +123,11 @@ def test_gpu_runs_are_the_same_with_and_without_background_compilation(
         "kernels.backend=fla",
     )
     lines: list[str] = []
-    on_sets = (*sets, f"kernels.precompile_workers={workers}")
+    on_sets = (
+        *sets,
+        f"kernels.precompile_workers={workers}",
+        f"kernels.precompile_processes={processes}",
+    )
     fast.train("kda_300M", tmp_path / "on", *on_sets, console=lines.append)
     # one line from Precompile.join(): success, or "note: ... failed (<error>)" with the reason
     # (not the save mode's line: "checkpoint saves: in the background ...", the default on a GPU)
@@ -129,6 +135,7 @@ def test_gpu_runs_are_the_same_with_and_without_background_compilation(
     assert len(notes) == 1, lines
     assert notes[0].startswith("kernels compiled in the background"), notes[0]
     assert ("compiled without launching" in notes[0]) == (workers > 0), notes[0]
+    assert (f"{processes} compile processes (0 failed" in notes[0]) == (processes > 0), notes[0]
     shutil.rmtree(tmp_path / "on" / "checkpoints", ignore_errors=True)  # the final save: 3.6 GB
     fast.train("kda_300M", tmp_path / "off", *sets, "kernels.precompile=false")
     shutil.rmtree(tmp_path / "off" / "checkpoints", ignore_errors=True)

@@ -312,6 +312,14 @@ class KernelsConfig(StrictModel):
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
+    precompile_processes: int = Field(0, ge=0, le=64)
+    """With precompile on: N > 0 = N Python processes started at launch compile the step's Triton
+    kernels (each every N-th kernel call of the background step, without launching;
+    zebractl.train.compile_procs) while the run imports and sets up; the background compilation
+    waits for them, then finds the kernels in the kernel cache. Each holds a CUDA context and the
+    step's activations on the run's GPU until it exits, before the first step. 0 = the run's
+    background thread compiles them. Best with ``precompile_tilelang: process`` (TileLang's
+    kernel is not theirs). Opt-in until measured on a GPU."""
     precompile_tilelang_overlap: bool = False
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs

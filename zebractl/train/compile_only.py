@@ -41,6 +41,10 @@ class CompileOnly:
     """Kernel calls that went to the pool (compiles, or hits of a kernel already compiled)."""
     untuned: list[str] = field(default_factory=list)
     """Autotuned kernels skipped: no tuned configuration for their key (the first step tunes)."""
+    calls: int = 0
+    """Kernel calls met (with a share: every call, the others' included)."""
+    others: int = 0
+    """With a share: calls left to the other processes (neither compiled nor launched here)."""
 
 
 class _NotTuned(Exception):
@@ -97,10 +101,12 @@ def _refuse_to_benchmark() -> None:
 
 
 @contextlib.contextmanager
-def compile_only(workers: int) -> Iterator[CompileOnly]:
+def compile_only(workers: int, share: tuple[int, int] | None = None) -> Iterator[CompileOnly]:
     """Within the block, in this thread, Triton kernel calls compile on a pool of ``workers``
     threads instead of launching (see the module docstring); leaving it waits for every compile
-    (a compile's error is raised then)."""
+    (a compile's error is raised then). ``share=(i, n)``: only the calls whose index in the walk
+    is i modulo n compile here, the rest are skipped (n processes walking the same step split its
+    kernels between them: :mod:`zebractl.train.compile_procs`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from triton.runtime import _async_compile, autotuner, jit
@@ -115,6 +121,10 @@ def compile_only(workers: int) -> Iterator[CompileOnly]:
 
         def run(self, *args, grid, warmup, **kwargs):  # type: ignore[no-untyped-def]
             if ours():
+                index, done.calls = done.calls, done.calls + 1
+                if share is not None and index % share[1] != share[0]:
+                    done.others += 1
+                    return None
                 done.submitted += 1
                 warmup = True
             return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)

@@ -241,9 +241,11 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
             console(cache.describe())
         # kernels.precompile_tilelang: process: KDA's TileLang kernel compiles from here on, in a
         # process of its own, while this one imports and sets up
-        from zebractl.train import tilelang_build
+        from zebractl.train import compile_procs, tilelang_build
 
         tilelang_build.spawn(r.run)
+        # kernels.precompile_processes: the step's Triton kernels likewise, in N processes
+        compile_procs.spawn(r.run)
 
         from zebractl.run.records import ResolvedConfigRecord
         from zebractl.train.progress import RichBar

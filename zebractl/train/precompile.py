@@ -14,7 +14,8 @@ KDA's backward waits for its TileLang kernel (built by a helper) before the Trit
 compile; with ``kernels.precompile_tilelang_overlap`` it runs at once with stand-ins for that
 kernel's outputs (:func:`zebractl.train.tilelang_build.stand_in`) and they compile meanwhile.
 With ``kernels.precompile_workers: N`` the step compiles its Triton kernels without launching them,
-N at once (:mod:`zebractl.train.compile_only`).
+N at once (:mod:`zebractl.train.compile_only`); with ``kernels.precompile_processes: N``, N
+processes started at launch compile them first (:mod:`zebractl.train.compile_procs`).
 
 The thread never touches the process's random state (its inputs come from a private generator, its
 modules are built on the meta device and filled from it), so a run is bitwise the same with and
@@ -45,6 +46,8 @@ class Precompile:
     error: BaseException | None = None
     helpers: list[threading.Thread] = field(default_factory=list)
     """Threads that build TileLang kernels (see :func:`tilelang_builds`)."""
+    processes: str | None = None
+    """With ``precompile_processes``: what :func:`zebractl.train.compile_procs.wait` said."""
     overlapped: bool = False
     """KDA's backward ran with stand-ins for its TileLang kernel (``precompile_tilelang_overlap``)."""
     compiled: Any = None
@@ -75,6 +78,8 @@ class Precompile:
             )
         if self.overlapped:
             how += "; KDA's backward compiled beside its TileLang kernel"
+        if self.processes:
+            how += f"; {self.processes}"
         return (
             f"kernels compiled in the background in {took:.1f} s (setup waited {waited:.1f} s{how})"
         )
@@ -83,6 +88,9 @@ class Precompile:
 def start(cfg: RunConfig, device: Any) -> Precompile | None:
     """Start compiling ``cfg``'s kernels for ``device`` in a thread (None where nothing would be
     compiled: CPU, the torch backend, ``kernels.precompile: false``)."""
+    from zebractl.train import compile_procs
+
+    procs = compile_procs.spawn(cfg)  # the launcher's (spawn gives them back), or now
     workers = cfg.kernels.precompile_workers  # read on every device (used on CUDA only)
     overlap = cfg.kernels.precompile_tilelang_overlap  # likewise
     if cfg.kernels.precompile and cfg.kernels.precompile_tilelang == "process":
@@ -123,6 +131,8 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
     def target() -> None:
         nonlocal stood_in
         try:
+            if procs:  # their kernels are in the disk cache once they exit
+                job.processes = compile_procs.wait(procs)
             from zebractl.train import compile_only, tilelang_build
 
             stand_in = tilelang_build.stand_in() if overlap else contextlib.nullcontext(False)

@@ -1,0 +1,140 @@
+"""`zebractl.train.compile_procs` (``kernels.precompile_processes``): N processes started at
+launch compile the step's Triton kernels, each its share, while the run imports and sets up; the
+background compilation waits for them. On the CPU: when processes start and with what (their
+configuration file gives back the run's), the wait and its line, the entry point's refusals, and
+the background compilation waiting for them before its own step."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from zebractl.schemas.recipe import RunConfig
+from zebractl.train import compile_procs, precompile, tilelang_build
+
+
+class _Proc:
+    """A stand-in for one process: exits with ``code`` (None: never, until killed)."""
+
+    def __init__(self, argv=(), code=0, **kw):
+        self.argv, self.kw, self.code, self.killed = list(argv), kw, code, False
+
+    def wait(self, timeout=None):
+        if self.code is None and not self.killed:
+            raise subprocess.TimeoutExpired(self.argv, timeout)
+        return -15 if self.killed else self.code
+
+    def poll(self):
+        return None if self.code is None and not self.killed else self.wait()
+
+    def terminate(self):
+        self.killed = True
+
+    kill = terminate
+
+
+@pytest.fixture
+def popen(monkeypatch):
+    started: list[_Proc] = []
+
+    def fake(argv, **kw):
+        started.append(_Proc(argv, **kw))
+        return started[-1]
+
+    monkeypatch.setattr(compile_procs.subprocess, "Popen", fake)
+    monkeypatch.setattr(compile_procs, "_SPAWNED", {})
+    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: True)
+    stops: list = []
+    monkeypatch.setattr(compile_procs.atexit, "register", lambda fn, *a: stops.append((fn, a)))
+    started_stops = types.SimpleNamespace(procs=started, stops=stops)
+    return started_stops
+
+
+def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen):
+    on = fast.resolve("tiny_kda", "kernels.precompile_processes=3").run
+    assert compile_procs.spawn(fast.resolve("tiny_kda").run) == []  # the default: none
+    for sets in (["kernels.precompile=false"], ["kernels.backend=torch"]):
+        off = fast.resolve("tiny_kda", "kernels.precompile_processes=3", *sets).run
+        assert compile_procs.spawn(off) == [], sets
+    assert popen.procs == []
+    procs = compile_procs.spawn(on)
+    assert procs == popen.procs and len(procs) == 3
+    assert compile_procs.spawn(on) is procs and compile_procs.spawned(on) is procs  # once
+    config = Path(procs[0].argv[5])
+    for i, proc in enumerate(procs):
+        assert proc.argv == [
+            sys.executable,
+            "-m",
+            "zebractl.train.compile_procs",
+            str(i),
+            "3",
+            str(config),
+        ]
+        assert proc.kw["stdout"] is subprocess.DEVNULL and proc.kw["stderr"] is subprocess.DEVNULL
+    assert RunConfig.model_validate_json(config.read_text()) == on  # the run's own configuration
+    ((stop, args),) = popen.stops
+    stop(*args)  # at exit: the file goes (the processes had ended)
+    assert not config.exists()
+
+
+def test_no_processes_without_a_gpu(fast, popen, monkeypatch):
+    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: False)
+    on = fast.resolve("tiny_kda", "kernels.precompile_processes=2").run
+    assert compile_procs.wanted(on) == 0 and compile_procs.spawn(on) == [] and popen.procs == []
+
+
+def test_the_wait_says_how_many_failed_and_stops_a_process_past_the_limit():
+    done, failed, stuck = _Proc(code=0), _Proc(code=1), _Proc(code=None)
+    line = compile_procs.wait([done, failed, stuck], limit=0.05)
+    assert line.startswith("3 compile processes (2 failed; waited ") and stuck.killed
+    assert compile_procs.wait([]).startswith("0 compile processes (0 failed")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["0"], ["x", "2", "cfg"], ["2", "2", "CFG"], ["-1", "2", "CFG"], ["0", "2", "missing"],
+     ["0", "2", "BROKEN"]],
+)  # fmt: skip
+def test_the_entry_point_refuses_what_is_not_its_arguments(argv, fast, tmp_path):
+    good = tmp_path / "cfg.json"
+    good.write_text(fast.resolve("tiny_kda").run.model_dump_json(by_alias=True))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"model": 1}')
+    paths = {"CFG": str(good), "BROKEN": str(broken), "missing": str(tmp_path / "none.json")}
+    assert compile_procs.main([paths.get(a, a) for a in argv]) == 2
+
+
+def test_the_entry_point_does_nothing_without_cuda(fast, tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(fast.resolve("tiny_kda").run.model_dump_json(by_alias=True))
+    assert compile_procs.main(["1", "2", str(cfg)]) == 0
+
+
+def test_the_background_compilation_waits_for_the_processes_first(fast, monkeypatch):
+    """The thread waits for the processes before its own step (whose kernels they left in the
+    disk cache) and its line says how that went."""
+    from zebractl.model import model
+
+    cfg = fast.resolve("tiny_kda").run
+    order: list[str] = []
+
+    class Proc(_Proc):
+        def wait(self, timeout=None):
+            order.append("wait")
+            return 0
+
+    monkeypatch.setattr(compile_procs, "spawn", lambda cfg: [Proc(), Proc()])
+    monkeypatch.setattr(precompile, "tilelang_builds", lambda cfg: [])
+    monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
+    monkeypatch.setattr(
+        precompile, "exercise", lambda cfg, device, before=None: order.append("exercise")
+    )
+    note = precompile.start(cfg, types.SimpleNamespace(type="cuda")).join()
+    assert order == ["wait", "wait", "exercise"]
+    assert "; 2 compile processes (0 failed; waited " in note, note
