@@ -19,7 +19,8 @@ KDA's TileLang kernel is not theirs (they run its stand-in: :func:`zebractl.trai
 Best effort, like the rest of the background compilation: a process that fails or is killed leaves
 its kernels to the run (compiled as without it); :func:`wait` says how many failed. Each process
 holds a CUDA context and the step's activations on the run's GPU until it exits, before the run's
-first step.
+first step. Under torchrun every rank starts its own N (each on its rank's GPU): N x ranks
+processes importing torch on the host at once.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from pathlib import Path
 
 from zebractl.schemas.recipe import RunConfig
 
-WAIT_S = 600.0
-"""The longest the run waits for the processes (one thread compiled the step's kernels in ~30 s)."""
+WAIT_S = 300.0
+"""The longest the run waits for the processes (one thread compiled the step's kernels in ~30 s);
+those still running then are stopped and the run compiles what they left."""
 
 
 @dataclass
