@@ -17,41 +17,9 @@ from zebractl.schemas.recipe import RunConfig
 from zebractl.train import compile_procs, precompile, tilelang_build
 
 
-class _Proc:
-    """A stand-in for one process: exits with ``code`` (None: never, until killed)."""
-
-    def __init__(self, argv=(), code=0, **kw):
-        self.argv, self.kw, self.code, self.killed = list(argv), kw, code, False
-
-    def wait(self, timeout=None):
-        if self.code is None and not self.killed:
-            raise subprocess.TimeoutExpired(self.argv, timeout)
-        return -15 if self.killed else self.code
-
-    def poll(self):
-        return None if self.code is None and not self.killed else self.wait()
-
-    def terminate(self):
-        self.killed = True
-
-    kill = terminate
-
-
 @pytest.fixture
-def popen(monkeypatch):
-    started: list[_Proc] = []
-
-    def fake(argv, **kw):
-        started.append(_Proc(argv, **kw))
-        return started[-1]
-
-    monkeypatch.setattr(compile_procs.subprocess, "Popen", fake)
-    monkeypatch.setattr(compile_procs, "_SPAWNED", {})
-    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: True)
-    stops: list = []
-    monkeypatch.setattr(compile_procs.atexit, "register", lambda fn, *a: stops.append((fn, a)))
-    started_stops = types.SimpleNamespace(procs=started, stops=stops)
-    return started_stops
+def popen(helper_processes):
+    return helper_processes.patch(compile_procs)
 
 
 def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen):
@@ -82,13 +50,14 @@ def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen)
 
 
 def test_no_processes_without_a_gpu(fast, popen, monkeypatch):
-    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(tilelang_build, "gpu_visible", lambda: False)
     on = fast.resolve("tiny_kda", "kernels.precompile_processes=2").run
     assert compile_procs.wanted(on) == 0 and compile_procs.spawn(on) == [] and popen.procs == []
 
 
-def test_the_wait_says_how_many_failed_and_stops_a_process_past_the_limit():
-    done, failed, stuck = _Proc(code=0), _Proc(code=1), _Proc(code=None)
+def test_the_wait_says_how_many_failed_and_stops_a_process_past_the_limit(helper_processes):
+    proc = helper_processes.Proc
+    done, failed, stuck = proc(code=0), proc(code=1), proc(code=None)
     line = compile_procs.wait([done, failed, stuck], limit=0.05)
     assert line.startswith("3 compile processes (2 failed; waited ") and stuck.killed
     assert compile_procs.wait([]).startswith("0 compile processes (0 failed")
@@ -116,7 +85,9 @@ def test_the_entry_point_does_nothing_without_cuda(fast, tmp_path, monkeypatch):
     assert compile_procs.main(["1", "2", str(cfg)]) == 0
 
 
-def test_the_background_compilation_waits_for_the_processes_first(fast, monkeypatch):
+def test_the_background_compilation_waits_for_the_processes_first(
+    fast, monkeypatch, helper_processes
+):
     """The thread waits for the processes before its own step (whose kernels they left in the
     disk cache) and its line says how that went."""
     from zebractl.model import model
@@ -124,7 +95,7 @@ def test_the_background_compilation_waits_for_the_processes_first(fast, monkeypa
     cfg = fast.resolve("tiny_kda").run
     order: list[str] = []
 
-    class Proc(_Proc):
+    class Proc(helper_processes.Proc):
         def wait(self, timeout=None):
             order.append("wait")
             return 0

@@ -15,33 +15,9 @@ import pytest
 from zebractl.train import precompile, tilelang_build
 
 
-class _Proc:
-    """A stand-in for the build's process."""
-
-    def __init__(self, argv, **kw):
-        self.argv, self.kw, self.waited = argv, kw, 0
-
-    def wait(self, timeout=None):
-        self.waited += 1
-        return 0
-
-    def poll(self):
-        return 0
-
-
 @pytest.fixture
-def popen(monkeypatch):
-    started: list[_Proc] = []
-
-    def fake(argv, **kw):
-        started.append(_Proc(argv, **kw))
-        return started[-1]
-
-    monkeypatch.setattr(tilelang_build.subprocess, "Popen", fake)
-    monkeypatch.setattr(tilelang_build, "_SPAWNED", {})
-    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: True)
-    monkeypatch.setattr(tilelang_build.atexit, "register", lambda *a: None)
-    return started
+def popen(helper_processes):
+    return helper_processes.patch(tilelang_build).procs
 
 
 def test_the_shapes_are_the_kda_mixers_at_the_runs_micro_batch(fast):
@@ -76,12 +52,12 @@ def test_a_process_starts_only_when_asked_and_once_per_shapes(fast, popen):
 
 
 def test_no_process_without_a_gpu(fast, popen, monkeypatch):
-    monkeypatch.setattr(tilelang_build, "_gpu_visible", lambda: False)
+    monkeypatch.setattr(tilelang_build, "gpu_visible", lambda: False)
     on = fast.resolve("tiny_kda", "kernels.precompile_tilelang=process").run
     assert tilelang_build.spawn(on) is None and popen == []
     monkeypatch.undo()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert tilelang_build._gpu_visible() is False
+    assert tilelang_build.gpu_visible() is False
 
 
 def test_the_background_compilation_waits_for_the_process(fast, popen):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zebractl.schemas.recipe import RunConfig
+from zebractl.train import tilelang_build
 
 WAIT_S = 300.0
 """The longest the run waits for the processes (one thread compiled the step's kernels in ~30 s);
@@ -57,11 +58,9 @@ _SPAWNED: dict[str, Spawned] = {}
 def wanted(cfg: RunConfig) -> int:
     """How many processes ``cfg`` asks for where they could do anything (0 otherwise: precompile
     off, the torch backend, no GPU visible)."""
-    from zebractl.train.tilelang_build import _gpu_visible
-
     k = cfg.kernels
     n = k.precompile_processes  # read on every device (the tests read it on the CPU)
-    if not n or not k.precompile or k.backend == "torch" or not _gpu_visible():
+    if not n or not k.precompile or k.backend == "torch" or not tilelang_build.gpu_visible():
         return 0
     return n
 
@@ -112,25 +111,16 @@ def wait(procs: list[subprocess.Popen], limit: float = WAIT_S) -> str:
         try:
             code = proc.wait(left)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            tilelang_build.stop_process(proc)
             code = -1
         failed += code != 0
     took = time.perf_counter() - t0
     return f"{len(procs)} compile processes ({failed} failed; waited {took:.1f} s)"
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def _stop(spawned: Spawned) -> None:
     for proc in spawned.procs:
-        _kill(proc)
+        tilelang_build.stop_process(proc)
     if spawned.config is not None:
         with contextlib.suppress(OSError):
             spawned.config.unlink()
@@ -153,7 +143,7 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         return 0
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # a torchrun rank's own GPU
-    from zebractl.train import compile_only, precompile, tilelang_build
+    from zebractl.train import compile_only, precompile
 
     if not compile_only.supported():
         return 0

@@ -126,7 +126,7 @@ def stand_in() -> Iterator[bool]:
         setattr(KDATileLangBackend, _BACKWARD, original)
 
 
-def _gpu_visible() -> bool:
+def gpu_visible() -> bool:
     """A CUDA device this process could use, judged without importing torch."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
@@ -144,7 +144,7 @@ def spawn(cfg: RunConfig) -> subprocess.Popen | None:
         or not k.precompile
         or k.precompile_tilelang != "process"
         or k.backend == "torch"
-        or not _gpu_visible()
+        or not gpu_visible()
     ):
         return None
     key = json.dumps(shapes, sort_keys=True)
@@ -160,7 +160,7 @@ def spawn(cfg: RunConfig) -> subprocess.Popen | None:
     except OSError:
         return None
     _SPAWNED[key] = proc
-    atexit.register(_stop, proc)
+    atexit.register(stop_process, proc)
     return proc
 
 
@@ -170,7 +170,8 @@ def spawned(cfg: RunConfig) -> subprocess.Popen | None:
     return None if shapes is None else _SPAWNED.get(json.dumps(shapes, sort_keys=True))
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate ``proc`` if it still runs (killed after 5 s)."""
     if proc.poll() is None:
         proc.terminate()
         try:
