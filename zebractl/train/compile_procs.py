@@ -143,13 +143,14 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         return 0
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # a torchrun rank's own GPU
-    from zebractl.train import compile_only, precompile
+    from zebractl.train import compile_only
+    from zebractl.train.exercise import exercise
 
     if not compile_only.supported():
         return 0
     try:
         with tilelang_build.stand_in(), compile_only.compile_only(2, share=(index, count)):
-            precompile.exercise(cfg, torch.device("cuda", torch.cuda.current_device()))
+            exercise(cfg, torch.device("cuda", torch.cuda.current_device()))
     except Exception:  # noqa: BLE001 - best effort: the run compiles what is missing itself
         return 1
     return 0
