@@ -128,9 +128,9 @@ def _stop(spawned: Spawned) -> None:
 
 def main(argv: list[str]) -> int:
     """``python -m zebractl.train.compile_procs INDEX COUNT CONFIG``: compile this process's share
-    of the step's kernels; 0 when done (also where nothing applies: no CUDA, no FLA, a Triton
-    without what :mod:`zebractl.train.compile_only` needs), 1 when the walk failed, 2 for
-    arguments that are not that."""
+    of the step's kernels; 0 when done (also where nothing applies: no CUDA, a Triton without
+    what :mod:`zebractl.train.compile_only` needs), 1 when the walk failed (FLA missing
+    included), 2 for arguments that are not that."""
     try:
         index, count = int(argv[0]), int(argv[1])
         cfg = RunConfig.model_validate_json(Path(argv[2]).read_text(encoding="utf-8"))
