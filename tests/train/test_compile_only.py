@@ -180,7 +180,7 @@ def test_a_share_compiles_every_nth_call_and_skips_the_rest(launches):
             for _ in range(7):
                 jit.JITFunction.run(fn, 1, 2, grid=(1,), warmup=False)
         assert all(w for _, w in launches[before:])  # compiled, never launched
-        assert done.calls == 7 and done.submitted + done.others == 7
+        assert done.calls == 7
         compiled.append([k for k in range(7) if k % 3 == i])
         assert done.submitted == len(compiled[-1])
     assert sorted(k for share in compiled for k in share) == list(range(7))

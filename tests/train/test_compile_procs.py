@@ -31,7 +31,7 @@ def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen)
     assert popen.procs == []
     procs = compile_procs.spawn(on)
     assert procs == popen.procs and len(procs) == 3
-    assert compile_procs.spawn(on) is procs and compile_procs.spawned(on) is procs  # once
+    assert compile_procs.spawn(on) is procs  # once
     config = Path(procs[0].argv[5])
     for i, proc in enumerate(procs):
         assert proc.argv == [
@@ -89,10 +89,11 @@ def test_the_background_compilation_waits_for_the_processes_first(
     fast, monkeypatch, helper_processes
 ):
     """The thread waits for the processes before its own step (whose kernels they left in the
-    disk cache) and its line says how that went."""
+    disk cache) and its line says how that went; on a CPU device none start."""
     from zebractl.model import model
 
-    cfg = fast.resolve("tiny_kda").run
+    cfg = fast.resolve("tiny_kda", "kernels.precompile_processes=2").run
+    monkeypatch.setattr(tilelang_build, "gpu_visible", lambda: True)
     order: list[str] = []
 
     class Proc(helper_processes.Proc):
@@ -109,3 +110,6 @@ def test_the_background_compilation_waits_for_the_processes_first(
     note = precompile.start(cfg, types.SimpleNamespace(type="cuda")).join()
     assert order == ["wait", "wait", "exercise"]
     assert "; 2 compile processes (0 failed; waited " in note, note
+    started: list = []
+    monkeypatch.setattr(compile_procs, "spawn", lambda cfg: started.append(cfg) or [])
+    assert precompile.start(cfg, types.SimpleNamespace(type="cpu")) is None and started == []

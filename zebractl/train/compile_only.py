@@ -43,8 +43,6 @@ class CompileOnly:
     """Autotuned kernels skipped: no tuned configuration for their key (the first step tunes)."""
     calls: int = 0
     """Kernel calls met (with a share: every call, the others' included)."""
-    others: int = 0
-    """With a share: calls left to the other processes (neither compiled nor launched here)."""
 
 
 class _NotTuned(Exception):
@@ -123,8 +121,7 @@ def compile_only(workers: int, share: tuple[int, int] | None = None) -> Iterator
             if ours():
                 index, done.calls = done.calls, done.calls + 1
                 if share is not None and index % share[1] != share[0]:
-                    done.others += 1
-                    return None
+                    return None  # another process's
                 done.submitted += 1
                 warmup = True
             return real_run(self, *args, grid=grid, warmup=warmup, **kwargs)

@@ -11,8 +11,9 @@ zebractl.train.compile_procs I N CONFIG`` for I = 0..N-1; each imports torch and
 run's imports, walks the background step's forward and backward without launching a kernel
 (:func:`zebractl.train.compile_only.compile_only` with ``share=(I, N)``: it compiles every N-th
 kernel call, so the N processes split the step's kernels) and exits. The compiled kernels land in
-Triton's disk cache (the run's, ``kernels.cache``: the environment the processes inherit), where the
-run's background compilation, which waits for the processes first (:func:`wait`), then finds them.
+Triton's disk cache (the run's: :mod:`zebractl.runtime.kernel_cache` set it in the environment
+they inherit), where the run's background compilation, which waits for the processes first
+(:func:`wait`), then finds them.
 KDA's TileLang kernel is not theirs (they run its stand-in: :func:`zebractl.train.tilelang_build.stand_in`);
 ``kernels.precompile_tilelang: process`` builds it from launch too.
 
@@ -93,12 +94,6 @@ def spawn(cfg: RunConfig) -> list[subprocess.Popen]:
         pass
     atexit.register(_stop, spawned)
     return spawned.procs
-
-
-def spawned(cfg: RunConfig) -> list[subprocess.Popen]:
-    """The processes :func:`spawn` started for ``cfg``, if any."""
-    found = _SPAWNED.get(cfg.model_dump_json(by_alias=True))
-    return [] if found is None else found.procs
 
 
 def wait(procs: list[subprocess.Popen], limit: float = WAIT_S) -> str:

@@ -90,7 +90,8 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
     compiled: CPU, the torch backend, ``kernels.precompile: false``)."""
     from zebractl.train import compile_procs
 
-    procs = compile_procs.spawn(cfg)  # the launcher's (spawn gives them back), or now
+    # the launcher's (spawn gives them back), or now; the key is read on every device
+    procs = compile_procs.spawn(cfg) if compile_procs.wanted(cfg) and device.type == "cuda" else []
     workers = cfg.kernels.precompile_workers  # read on every device (used on CUDA only)
     overlap = cfg.kernels.precompile_tilelang_overlap  # likewise
     if cfg.kernels.precompile and cfg.kernels.precompile_tilelang == "process":
