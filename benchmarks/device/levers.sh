@@ -22,11 +22,12 @@
 #   gputests  pytest -m gpu over LEVERS_PYTEST_ARGS (default: tests/generate tests/convert).
 # Only when named in LEVERS_STEPS (not in the default list):
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site),
-#            without and with the compile wrappers deferred, LEVERS_STARTUP_REPEAT rounds (default 1);
-#   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults against
-#            kernels.precompile_processes=4 with kernels.precompile_tilelang=process (the step's
-#            Triton kernels in 4 processes and TileLang's in one, all from launch), alternated
-#            twice after a throwaway run, each a fresh process with a fresh kernel cache
+#            FLA imported whole and lean (LEVERS_STARTUP_MODES), LEVERS_STARTUP_REPEAT rounds (default 1);
+#   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults (shipped: FLA's lean
+#            import, the step's Triton kernels in 4 processes and TileLang's in one, all from
+#            launch) against all three off (old), the lean import alone (lean) and the processes
+#            alone (procs), alternated twice after a throwaway run, each a fresh process with a
+#            fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
 #            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`;
 #            LEVERS_COLDSTART_PRIME=0: no throwaway run first);
@@ -102,22 +103,23 @@ done
 fi
 run 240 gputests "$PY" -m pytest -m gpu -p no:cacheprovider -p no:benchmark -q -rA \
   --junitxml "$OUT/gputests.junit.xml" ${LEVERS_PYTEST_ARGS:-tests/generate tests/convert}
-# LEVERS_STARTUP_REPEAT=N: N rounds of the probe as train imported before (plain) and with the
-# compile wrappers deferred (lazy), alternated, all in startup_probe.jsonl (one JSON per line)
+# LEVERS_STARTUP_REPEAT=N: N rounds of the probe in each of LEVERS_STARTUP_MODES (default "plain
+# lean": FLA imported whole, and as kernels.lean_fla_import does; "lazy": the compile wrappers
+# deferred), alternated, all in startup_probe.jsonl (one JSON per line)
 startup_rounds() {
   local i mode
   for i in $(seq 1 "${LEVERS_STARTUP_REPEAT:-1}"); do
-    for mode in plain lazy; do
-      "$PY" benchmarks/startup_probe.py $([ $mode = lazy ] && echo --lazy) --json-out "/tmp/probe_$mode$i.json" \
+    for mode in ${LEVERS_STARTUP_MODES:-plain lean}; do
+      "$PY" benchmarks/startup_probe.py $([ $mode = plain ] || echo "--$mode") --json-out "/tmp/probe_$mode$i.json" \
         && tr -d '\n' < "/tmp/probe_$mode$i.json" >> "$OUT/startup_probe.jsonl" && echo >> "$OUT/startup_probe.jsonl"
     done
   done
 }
-export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT
+export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT LEVERS_STARTUP_MODES
 run 240 startup bash -c startup_rounds
 run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
-  $(for v in ${LEVERS_COLDSTART_VARIANTS:-shipped= procs=kernels.precompile_processes=4,kernels.precompile_tilelang=process}; do printf -- '--variant %s ' "$v"; done) \
-  --order "${LEVERS_COLDSTART_ORDER:-shipped,procs,shipped,procs}" \
+  $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.precompile_processes=0,kernels.precompile_tilelang=thread,kernels.lean_fla_import=false lean=kernels.precompile_processes=0,kernels.precompile_tilelang=thread procs=kernels.lean_fla_import=false shipped=}; do printf -- '--variant %s ' "$v"; done) \
+  --order "${LEVERS_COLDSTART_ORDER:-old,lean,procs,shipped,old,lean,procs,shipped}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))

@@ -38,9 +38,30 @@ def test_lazy_imports_megatron_and_fla_with_the_compile_wrappers_deferred(
 
     probe = script("startup_probe")
     real, seen = torch.compile, []
-    monkeypatch.setattr(probe, "_fla", lambda: seen.append(torch.compile is real))
+    monkeypatch.setattr(probe, "_fla", lambda lean: lambda: seen.append(torch.compile is real))
     out = tmp_path / "probe.json"
     args = ["--recipe", "tiny_kda", "--json-out", str(out), *(["--lazy"] if lazy else [])]
     assert probe.main(args) == 0
     assert seen == [not lazy] and torch.compile is real
     assert json.loads(out.read_text())["lazy"] is lazy
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_lean_imports_fla_as_the_key_does_before_the_step_modules(
+    tmp_path, monkeypatch, script, lean
+):
+    """``--lean``: fla_import.lean() first (here recorded, not installed: this process may not have
+    imported FLA yet), then the FLA modules a step imports; the row counts FLA's modules."""
+    pytest.importorskip("fla")
+    from zebractl.runtime import fla_import
+
+    probe = script("startup_probe")
+    calls: list[bool] = []
+    monkeypatch.setattr(fla_import, "lean", lambda: calls.append(True) or False)
+    out = tmp_path / "probe.json"
+    args = ["--recipe", "tiny_kda", "--json-out", str(out), *(["--lean"] if lean else [])]
+    assert probe.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert calls == ([True] if lean else []) and doc["lean"] is lean
+    (row,) = [r for r in doc["rows"] if r["stage"] == "fla"]
+    assert row["error"] is None and row["fla_modules"] >= len(probe.FLA_STEP)

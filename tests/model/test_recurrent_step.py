@@ -117,7 +117,7 @@ def test_a_step_passes_the_chunk_arguments_to_the_fused_recurrent_kernel(
     for name in (chunk, fused):
         monkeypatch.setattr(mod, name, _recorder(calls, name))
     if not kernels.get("qk_l2norm_in_kernel", True):  # FLA's l2norm outside the kernel
-        monkeypatch.setattr("fla.modules.l2norm.l2norm", T.l2norm)
+        monkeypatch.setattr("fla.modules.norm.l2norm.l2norm", T.l2norm)
     args, _, s0 = _inputs(op, 1, torch.Generator().manual_seed(0))
     opts = ops.KernelOptions("fla", KernelsConfig(**kernels))
     fn = getattr(ops, op)

@@ -24,7 +24,8 @@ def popen(helper_processes):
 
 def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen):
     on = fast.resolve("tiny_kda", "kernels.precompile_processes=3").run
-    assert compile_procs.spawn(fast.resolve("tiny_kda").run) == []  # the default: none
+    assert compile_procs.spawn(fast.resolve("tiny_kda", "kernels.precompile_processes=0").run) == []
+    assert fast.resolve("tiny_kda").run.kernels.precompile_processes == 4  # the default
     for sets in (["kernels.precompile=false"], ["kernels.backend=torch"]):
         off = fast.resolve("tiny_kda", "kernels.precompile_processes=3", *sets).run
         assert compile_procs.spawn(off) == [], sets
@@ -47,6 +48,14 @@ def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen)
     ((stop, args),) = popen.stops
     stop(*args)  # at exit: the file goes (the processes had ended)
     assert not config.exists()
+
+
+def test_a_nodes_ranks_share_the_processes(fast, monkeypatch):
+    monkeypatch.setattr(tilelang_build, "gpu_visible", lambda: True)
+    on = fast.resolve("tiny_kda", "kernels.precompile_processes=4").run
+    for ranks, each in (("1", 4), ("2", 2), ("3", 2), ("8", 1), ("x", 4), ("0", 4)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
+        assert compile_procs.wanted(on) == each, ranks
 
 
 def test_no_processes_without_a_gpu(fast, popen, monkeypatch):

@@ -193,7 +193,7 @@ def _fake_fla(monkeypatch) -> None:
         "fla.ops.kda.chunk_kda": passthrough,
         "fla.ops.gated_delta_rule.chunk_gated_delta_rule": passthrough,
         "fla.ops.simple_gla.chunk_simple_gla": gla,
-        "fla.modules.l2norm.l2norm": T.l2norm,
+        "fla.modules.norm.l2norm.l2norm": T.l2norm,
         "fla.modules.causal_conv1d.ops.causal_conv1d": conv,
         "fla.modules.norm.layernorm.rms_norm": rms,
         "fla.modules.norm.fused_norm_gate.rms_norm_gated": (

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from zebractl.runtime import fla_import
 from zebractl.train import precompile, tilelang_build
 
 
@@ -34,7 +35,9 @@ def test_the_shapes_are_the_kda_mixers_at_the_runs_micro_batch(fast):
 
 def test_a_process_starts_only_when_asked_and_once_per_shapes(fast, popen):
     on = fast.resolve("tiny_kda", "kernels.precompile_tilelang=process").run
-    assert tilelang_build.spawn(fast.resolve("tiny_kda").run) is None  # the default: a thread
+    thread = fast.resolve("tiny_kda", "kernels.precompile_tilelang=thread").run
+    assert tilelang_build.spawn(thread) is None
+    assert fast.resolve("tiny_kda").run.kernels.precompile_tilelang == "process"  # the default
     for sets in (["kernels.precompile=false"], ["kernels.backend=torch"]):
         off = fast.resolve("tiny_kda", "kernels.precompile_tilelang=process", *sets).run
         assert tilelang_build.spawn(off) is None, sets
@@ -49,6 +52,14 @@ def test_a_process_starts_only_when_asked_and_once_per_shapes(fast, popen):
     assert json.loads(proc.argv[3]) == tilelang_build.spec(on)
     assert proc.kw["stdout"] is subprocess.DEVNULL and proc.kw["stderr"] is subprocess.DEVNULL
     assert tilelang_build.spawned(on) is proc
+    assert proc.argv[4:] == ["lean"]  # the default: FLA imported as kernels.lean_fla_import does
+    whole = fast.resolve(
+        "tiny_kda",
+        "kernels.precompile_tilelang=process",
+        "kernels.lean_fla_import=false",
+        "batch.micro=1",
+    ).run
+    assert tilelang_build.spawn(whole).argv[4:] == []
 
 
 def test_no_process_without_a_gpu(fast, popen, monkeypatch):
@@ -71,7 +82,7 @@ def test_the_background_compilation_waits_for_the_process(fast, popen):
 
 def test_in_a_thread_without_tilelang_nothing_is_built(fast):
     """This machine has no TileLang (or no GPU): FLA would run Triton, so there is nothing to build."""
-    cfg = fast.resolve("tiny_kda").run
+    cfg = fast.resolve("tiny_kda", "kernels.precompile_tilelang=thread").run
     assert tilelang_build.prepare(**tilelang_build.spec(cfg)) is None
     assert precompile.tilelang_builds(cfg) == []
 
@@ -81,9 +92,15 @@ def test_the_process_entry_point(monkeypatch):
     monkeypatch.setattr(tilelang_build, "prepare", lambda *a: lambda: built.append(a))
     assert tilelang_build.main([json.dumps({"batch": 2, "heads": 4, "k": 64, "v": 32})]) == 0
     assert built == [(2, 4, 64, 32)]
-    for bad in ([], ["{"], ['{"batch": 2}'], ['["x"]']):
+    shapes = json.dumps({"batch": 2, "heads": 4, "k": 64, "v": 32})
+    for bad in ([], ["{"], ['{"batch": 2}'], ['["x"]'], [shapes, "lean", "x"], [shapes, "fat"]):
         assert tilelang_build.main(bad) == 2, bad
     assert built == [(2, 4, 64, 32)]
+    leaned: list[bool] = []
+    monkeypatch.setattr(fla_import, "lean", lambda: leaned.append(True) or True)
+    assert tilelang_build.main([shapes]) == 0 and leaned == []
+    assert tilelang_build.main([shapes, "lean"]) == 0 and leaned == [True]  # before FLA's import
+    assert built == [(2, 4, 64, 32)] * 3
     monkeypatch.setattr(tilelang_build, "prepare", lambda *a: None)  # nothing applies: still 0
     assert tilelang_build.main([json.dumps({"batch": 1, "heads": 1, "k": 16, "v": 16})]) == 0
 

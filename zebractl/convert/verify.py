@@ -294,7 +294,9 @@ def _load_pair(src: Any, converted: Path, fmt: str, theirs: dict, device: str) -
         {k: v.to(dtype) for k, v in mapping.from_hf(theirs, m, fmt).items()}, strict=False
     )
     if fmt == "fla":
-        import fla  # noqa: F401 - registers FLA's classes with the auto classes
+        from zebractl.runtime.fla_import import whole
+
+        whole()  # registers FLA's classes with the auto classes
     else:
         import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM with the auto classes
     from transformers import AutoModelForCausalLM

@@ -113,7 +113,9 @@ def open_model(
         model_type = config.get("model_type") if isinstance(config, dict) else None
         fla_types = ("kda", "gated_deltanet")
         if model_type in fla_types:
-            import fla  # noqa: F401 - registers FLA's classes with the auto classes
+            from zebractl.runtime.fla_import import whole
+
+            whole()  # registers FLA's classes with the auto classes
         elif model_type == "zebra":
             import zebractl.hf  # noqa: F401 - registers ZebraForCausalLM
         from transformers import AutoModelForCausalLM

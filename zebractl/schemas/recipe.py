@@ -306,20 +306,21 @@ class KernelsConfig(StrictModel):
     run reads its data and builds its model (one forward + backward on throwaway weights, the
     run's random state untouched): a shorter first step on a cold kernel cache. Only on CUDA with
     FLA kernels; false: the first step compiles them."""
-    precompile_tilelang: Literal["thread", "process"] = "thread"
+    precompile_tilelang: Literal["thread", "process"] = "process"
     """With precompile on, where KDA's TileLang backward kernel (FLA's, tens of seconds of nvcc on
     a cold cache) is compiled: thread (beside the Triton kernels, once setup has imported FLA) or
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
     kernel over). Nothing changes on a warm cache or in what is trained."""
-    precompile_processes: int = Field(0, ge=0, le=64)
+    precompile_processes: int = Field(4, ge=0, le=64)
     """With precompile on: N > 0 = N Python processes started at launch compile the step's Triton
     kernels (each every N-th kernel call of the background step, without launching;
     zebractl.train.compile_procs) while the run imports and sets up; the background compilation
     waits for them, then finds the kernels in the kernel cache. Each holds a CUDA context and the
-    step's activations on the run's GPU until it exits, before the first step. 0 = the run's
-    background thread compiles them. Best with ``precompile_tilelang: process`` (TileLang's
-    kernel is not theirs). Opt-in until measured on a GPU."""
+    step's activations on the run's GPU until it exits, before the first step. Under torchrun N
+    is the node's: each of its ranks starts its share (at least one). 0 = the run's background
+    thread compiles them. Best with ``precompile_tilelang: process`` (TileLang's kernel is not
+    theirs)."""
     precompile_tilelang_overlap: bool = False
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs
@@ -341,6 +342,13 @@ class KernelsConfig(StrictModel):
     against 8.1/5.4 s) and setup's first line came ~3 s sooner, but TorchInductor's import and
     compiles then fell into the background compilation, which took ~5 s longer: no shorter cold
     start (57.1 s against 54.6 s, both with the overlap above)."""
+    lean_fla_import: bool = True
+    """true: a run on FLA's kernels (and its compile processes and TileLang build) imports the
+    FLA modules its step uses without running the package files of ``fla``, ``fla.ops`` and
+    ``fla.modules``, which import every FLA layer, model and operator and transformers
+    (zebractl.runtime.fla_import; 2.2-2.6 s instead of 4.7-5.0 s on a 2-core CPU, 91 of FLA's
+    modules instead of 476). A package is made whole the first time code asks it for a name it
+    lacks. The kernels are the same. false: FLA imported as a whole."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
     first launch, one after the other; N = it compiles them without launching, N Triton compiles

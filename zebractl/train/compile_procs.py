@@ -20,8 +20,8 @@ KDA's TileLang kernel is not theirs (they run its stand-in: :func:`zebractl.trai
 Best effort, like the rest of the background compilation: a process that fails or is killed leaves
 its kernels to the run (compiled as without it); :func:`wait` says how many failed. Each process
 holds a CUDA context and the step's activations on the run's GPU until it exits, before the run's
-first step. Under torchrun every rank starts its own N (each on its rank's GPU): N x ranks
-processes importing torch on the host at once.
+first step. Under torchrun the N are the node's: each of its ``LOCAL_WORLD_SIZE`` ranks starts
+N / ranks of them (at least one, on its rank's GPU), which split that rank's step.
 """
 
 from __future__ import annotations
@@ -57,13 +57,18 @@ _SPAWNED: dict[str, Spawned] = {}
 
 
 def wanted(cfg: RunConfig) -> int:
-    """How many processes ``cfg`` asks for where they could do anything (0 otherwise: precompile
-    off, the torch backend, no GPU visible)."""
+    """How many processes this rank starts for ``cfg``: its share of the node's
+    ``kernels.precompile_processes`` (at least one; under torchrun ``LOCAL_WORLD_SIZE`` ranks share
+    the node), 0 where they could do nothing (precompile off, the torch backend, no GPU visible)."""
     k = cfg.kernels
     n = k.precompile_processes  # read on every device (the tests read it on the CPU)
     if not n or not k.precompile or k.backend == "torch" or not tilelang_build.gpu_visible():
         return 0
-    return n
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    return -(-n // ranks)
 
 
 def spawn(cfg: RunConfig) -> list[subprocess.Popen]:
@@ -143,6 +148,10 @@ def main(argv: list[str]) -> int:
 
     if not compile_only.supported():
         return 0
+    if cfg.kernels.lean_fla_import:
+        from zebractl.runtime import fla_import
+
+        fla_import.lean()
     try:
         with tilelang_build.stand_in(), compile_only.compile_only(2, share=(index, count)):
             exercise(cfg, torch.device("cuda", torch.cuda.current_device()))

@@ -152,7 +152,8 @@ def spawn(cfg: RunConfig) -> subprocess.Popen | None:
         return _SPAWNED[key]
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "zebractl.train.tilelang_build", key],
+            [sys.executable, "-m", "zebractl.train.tilelang_build", key]
+            + (["lean"] if k.lean_fla_import else []),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -181,13 +182,20 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m zebractl.train.tilelang_build '{"batch": B, "heads": H, "k": K, "v": V}'``:
-    build the kernel (exit 0 also where nothing applies); 2 for arguments that are not that."""
+    """``python -m zebractl.train.tilelang_build '{"batch": B, "heads": H, "k": K, "v": V}' [lean]``:
+    build the kernel (exit 0 also where nothing applies; ``lean``: FLA imported as
+    ``kernels.lean_fla_import`` imports it); 2 for arguments that are not that."""
     try:
         shapes = json.loads(argv[0])
         batch, heads, k, v = (int(shapes[n]) for n in ("batch", "heads", "k", "v"))
     except (IndexError, ValueError, KeyError, TypeError):
         return 2
+    if argv[1:] not in ([], ["lean"]):
+        return 2
+    if argv[1:]:
+        from zebractl.runtime import fla_import
+
+        fla_import.lean()
     if "LOCAL_RANK" in os.environ:  # a torchrun rank's process: that rank's GPU, not GPU 0
         with contextlib.suppress(Exception):
             import torch

@@ -123,6 +123,10 @@ class Trainer:
         self.iters = derive(cfg).iterations
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
+        if cuda and cfg.kernels.lean_fla_import and cfg.kernels.backend != "torch":
+            from zebractl.runtime import fla_import
+
+            fla_import.lean()  # before FLA's first import in this process
         if cuda and cfg.kernels.lazy_framework_compile and cfg.kernels.backend != "torch":
             from zebractl.runtime.lazy_compile import import_frameworks
 

@@ -61,7 +61,7 @@ def resolve_backend(requested: str, device: torch.device | str | None = None) ->
         return "fla"
     if cuda:
         try:
-            import fla.ops  # noqa: F401
+            import fla.ops.utils  # noqa: F401 - FLA and Triton import
         except ImportError:  # pragma: no cover - depends on the machine
             return "torch"
         return "fla"
@@ -168,7 +168,7 @@ def kda(
         else:
             g = _kda_gate(f, a_log, dt_bias, lower_bound)
         if not opts.kernels.qk_l2norm_in_kernel:
-            from fla.modules.l2norm import l2norm
+            from fla.modules.norm.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
         if recurrent_step(opts, q, cu_seqlens, output_final_state):
@@ -234,7 +234,7 @@ def gdn(
         else:
             g = T.gdn_gate(a, a_log, dt_bias)
         if not opts.kernels.qk_l2norm_in_kernel:
-            from fla.modules.l2norm import l2norm
+            from fla.modules.norm.l2norm import l2norm
 
             q, k = l2norm(q), l2norm(k)
         if recurrent_step(opts, q, cu_seqlens, output_final_state):
