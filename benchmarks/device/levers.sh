@@ -24,10 +24,9 @@
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site),
 #            FLA imported whole and lean (LEVERS_STARTUP_MODES), LEVERS_STARTUP_REPEAT rounds (default 1);
 #   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults (shipped: FLA's lean
-#            import, the step's Triton kernels in 4 processes and TileLang's in one, all from
-#            launch) against all three off (old), the lean import alone (lean) and the processes
-#            alone (procs), alternated twice after a throwaway run, each a fresh process with a
-#            fresh kernel cache
+#            import) against FLA imported whole (old), the step's Triton kernels in 4 processes and
+#            TileLang's in one from launch (procs), and both (both), alternated twice after a
+#            throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
 #            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`;
 #            LEVERS_COLDSTART_PRIME=0: no throwaway run first);
@@ -118,8 +117,8 @@ startup_rounds() {
 export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT LEVERS_STARTUP_MODES
 run 240 startup bash -c startup_rounds
 run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
-  $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.precompile_processes=0,kernels.precompile_tilelang=thread,kernels.lean_fla_import=false lean=kernels.precompile_processes=0,kernels.precompile_tilelang=thread procs=kernels.lean_fla_import=false shipped=}; do printf -- '--variant %s ' "$v"; done) \
-  --order "${LEVERS_COLDSTART_ORDER:-old,lean,procs,shipped,old,lean,procs,shipped}" \
+  $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.lean_fla_import=false shipped= procs=kernels.lean_fla_import=false,kernels.precompile_processes=4,kernels.precompile_tilelang=process both=kernels.precompile_processes=4,kernels.precompile_tilelang=process}; do printf -- '--variant %s ' "$v"; done) \
+  --order "${LEVERS_COLDSTART_ORDER:-old,shipped,procs,both,old,shipped,procs,both}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))

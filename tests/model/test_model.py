@@ -289,7 +289,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
         "lazy_framework_compile": (trainer, "cfg.kernels.lazy_framework_compile"),  # imports
-        "lean_fla_import": (trainer, "cfg.kernels.lean_fla_import"),  # imports
+        "lean_fla_import": (trainer, "lean = cfg.kernels.lean_fla_import"),  # imports
     }
     unread = [
         name

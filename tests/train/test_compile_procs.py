@@ -24,8 +24,7 @@ def popen(helper_processes):
 
 def test_processes_start_only_when_asked_and_once_per_configuration(fast, popen):
     on = fast.resolve("tiny_kda", "kernels.precompile_processes=3").run
-    assert compile_procs.spawn(fast.resolve("tiny_kda", "kernels.precompile_processes=0").run) == []
-    assert fast.resolve("tiny_kda").run.kernels.precompile_processes == 4  # the default
+    assert compile_procs.spawn(fast.resolve("tiny_kda").run) == []  # the default: none
     for sets in (["kernels.precompile=false"], ["kernels.backend=torch"]):
         off = fast.resolve("tiny_kda", "kernels.precompile_processes=3", *sets).run
         assert compile_procs.spawn(off) == [], sets

@@ -306,13 +306,15 @@ class KernelsConfig(StrictModel):
     run reads its data and builds its model (one forward + backward on throwaway weights, the
     run's random state untouched): a shorter first step on a cold kernel cache. Only on CUDA with
     FLA kernels; false: the first step compiles them."""
-    precompile_tilelang: Literal["thread", "process"] = "process"
+    precompile_tilelang: Literal["thread", "process"] = "thread"
     """With precompile on, where KDA's TileLang backward kernel (FLA's, tens of seconds of nvcc on
     a cold cache) is compiled: thread (beside the Triton kernels, once setup has imported FLA) or
     process (a Python process of its own started at launch, before the run imports torch,
     megatron-core and FLA: its imports and nvcc overlap the run's; TileLang's disk cache hands the
-    kernel over). Nothing changes on a warm cache or in what is trained."""
-    precompile_processes: int = Field(4, ge=0, le=64)
+    kernel over). Nothing changes on a warm cache or in what is trained. process measured no
+    better than thread on an H200 (426c5e6) nor with precompile_processes on an H100 (e87a0dd;
+    benchmarks/README.md, cold start)."""
+    precompile_processes: int = Field(0, ge=0, le=64)
     """With precompile on: N > 0 = N Python processes started at launch compile the step's Triton
     kernels (each every N-th kernel call of the background step, without launching;
     zebractl.train.compile_procs) while the run imports and sets up; the background compilation
@@ -320,7 +322,10 @@ class KernelsConfig(StrictModel):
     step's activations on the run's GPU until it exits, before the first step. Under torchrun N
     is the node's: each of its ranks starts its share (at least one). 0 = the run's background
     thread compiles them. Best with ``precompile_tilelang: process`` (TileLang's kernel is not
-    theirs)."""
+    theirs). Opt-in: on an H100 (2026-12-06, e87a0dd) 4 processes waited for took 55.1 and 58.5 s
+    against one thread's 53.0-57.1 s (each process imports torch and FLA first, beside the run's
+    own imports), kda_300M's cold start 91.1 s against 79.2 s with FLA imported whole, 85.1 s
+    against 70.9 s with the lean import."""
     precompile_tilelang_overlap: bool = False
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs
@@ -348,7 +353,10 @@ class KernelsConfig(StrictModel):
     ``fla.modules``, which import every FLA layer, model and operator and transformers
     (zebractl.runtime.fla_import; 2.2-2.6 s instead of 4.7-5.0 s on a 2-core CPU, 91 of FLA's
     modules instead of 476). A package is made whole the first time code asks it for a name it
-    lacks. The kernels are the same. false: FLA imported as a whole."""
+    lacks. The kernels are the same. false: FLA imported as a whole. On an H100 (2026-12-06,
+    e87a0dd) FLA's import before setup took 1.96 s against 12.65 s, kda_300M's setup began 5.5 and
+    8.6 s sooner and its cold start was 70.9 and 79.8 s against 79.2 and 86.1 s
+    (benchmarks/README.md); the GPU tests and the parity smoke passed with it."""
     precompile_workers: int = Field(0, ge=0, le=256)
     """With precompile on: 0 = the background step launches its kernels, each compiling on its
     first launch, one after the other; N = it compiles them without launching, N Triton compiles

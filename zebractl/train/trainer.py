@@ -123,7 +123,8 @@ class Trainer:
         self.iters = derive(cfg).iterations
         cuda = torch.cuda.is_available()
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else _CPU
-        if cuda and cfg.kernels.lean_fla_import and cfg.kernels.backend != "torch":
+        lean = cfg.kernels.lean_fla_import  # read on every device (the tests read it on the CPU)
+        if cuda and lean and cfg.kernels.backend != "torch":
             from zebractl.runtime import fla_import
 
             fla_import.lean()  # before FLA's first import in this process
