@@ -159,7 +159,7 @@ def test_a_triton_without_the_internals_falls_back(fast, monkeypatch):
     monkeypatch.setattr(precompile, "exercise", lambda cfg, device, before=None: calls.append(1))
     monkeypatch.setattr(precompile, "tilelang_builds", lambda cfg: [])
     monkeypatch.setattr(
-        "zebractl.model.model.kernel_options", lambda k, d: types.SimpleNamespace(backend="fla")
+        "zebractl.model.ops.kernel_options", lambda k, d: types.SimpleNamespace(backend="fla")
     )
     cfg = fast.resolve("tiny_kda", "kernels.precompile_workers=8").run
     job = precompile.start(cfg, types.SimpleNamespace(type="cuda"))

@@ -6,6 +6,7 @@ the background compilation waiting for them before its own step."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import types
@@ -98,7 +99,7 @@ def test_the_background_compilation_waits_for_the_processes_first(
 ):
     """The thread waits for the processes before its own step (whose kernels they left in the
     disk cache) and its line says how that went; on a CPU device none start."""
-    from zebractl.model import model
+    from zebractl.model import ops
 
     cfg = fast.resolve("tiny_kda", "kernels.precompile_processes=2").run
     monkeypatch.setattr(tilelang_build, "gpu_visible", lambda: True)
@@ -111,7 +112,7 @@ def test_the_background_compilation_waits_for_the_processes_first(
 
     monkeypatch.setattr(compile_procs, "spawn", lambda cfg: [Proc(), Proc()])
     monkeypatch.setattr(precompile, "tilelang_builds", lambda cfg: [])
-    monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
+    monkeypatch.setattr(ops, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
     monkeypatch.setattr(
         precompile, "exercise", lambda cfg, device, before=None: order.append("exercise")
     )
@@ -121,3 +122,30 @@ def test_the_background_compilation_waits_for_the_processes_first(
     started: list = []
     monkeypatch.setattr(compile_procs, "spawn", lambda cfg: started.append(cfg) or [])
     assert precompile.start(cfg, types.SimpleNamespace(type="cpu")) is None and started == []
+
+
+def test_the_step_a_process_walks_imports_no_megatron(fast):
+    """A compile process imports torch, FLA and zebractl's mixers, norms and ops, and walks the
+    step: megatron-core (~3 s on a 2-core CPU, 12-15 s on the H100 of e87a0dd) is not its to import.
+    A fresh interpreter runs the CPU step of tiny_kda and lists what it imported."""
+    cfg = fast.resolve("tiny_kda").run
+    code = (
+        "import json, sys, torch\n"
+        "from zebractl.schemas.recipe import RunConfig\n"
+        "from zebractl.train import compile_procs, compile_only\n"
+        "from zebractl.train.exercise import exercise\n"
+        "cfg = RunConfig.model_validate_json(sys.stdin.read())\n"
+        "exercise(cfg, torch.device('cpu'))\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=cfg.model_dump_json(by_alias=True),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    top = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert "torch" in top and "zebractl" in top
+    assert "megatron" not in top

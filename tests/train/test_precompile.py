@@ -58,10 +58,10 @@ def test_nothing_starts_where_nothing_would_compile(fast):
 def test_a_failure_is_a_note_not_an_error(fast, monkeypatch):
     """A failing background compilation (out of memory, a kernel that refuses a shape) only says
     so: the first step then compiles the kernels itself."""
-    from zebractl.model import model
+    from zebractl.model import ops
 
     cfg = fast.resolve("tiny_kda").run
-    monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
+    monkeypatch.setattr(ops, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
 
     def boom(cfg, device, before_backward=None):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -224,7 +224,7 @@ def test_kdas_backward_waits_for_the_tilelang_helper_unless_overlapped(fast, mon
     import threading
     import types
 
-    from zebractl.model import model
+    from zebractl.model import ops
 
     cfg = fast.resolve("tiny_kda", f"kernels.precompile_tilelang_overlap={overlap}").run
     release, building = threading.Event(), threading.Event()
@@ -234,7 +234,7 @@ def test_kdas_backward_waits_for_the_tilelang_helper_unless_overlapped(fast, mon
         release.wait(30)
 
     monkeypatch.setattr(precompile, "tilelang_builds", lambda cfg: [build])
-    monkeypatch.setattr(model, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
+    monkeypatch.setattr(ops, "kernel_options", lambda k, d: types.SimpleNamespace(backend="fla"))
     seen: list[tuple] = []
 
     @contextlib.contextmanager

@@ -27,8 +27,9 @@ from zebractl.model.layers import (
     process_groups,
 )
 from zebractl.model.mixers import MIXERS
+from zebractl.model.mixers.common import KEEP_FP32
 from zebractl.model.norms import Norm, norm_factory
-from zebractl.model.ops import KernelOptions
+from zebractl.model.ops import KernelOptions, kernel_options
 from zebractl.model.segments import Segments
 from zebractl.schemas.preset import ModelConfig
 from zebractl.schemas.recipe import KernelsConfig, RecomputeConfig
@@ -232,20 +233,8 @@ def build_model(
     return model
 
 
-KEEP_FP32 = ("A_log", "dt_bias", "D")
-"""Recurrent decay parameters stay fp32 whatever the training dtype (as FLA keeps them): their
-exponentials set the state's memory, and bf16 would quantise them coarsely."""
-
-
 def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:
     """Cast floating parameters to ``dtype``, except the :data:`KEEP_FP32` ones."""
     for name, p in model.named_parameters():
         if p.is_floating_point() and name.rsplit(".", 1)[-1] not in KEEP_FP32:
             p.data = p.data.to(dtype)
-
-
-def kernel_options(kernels: KernelsConfig | None, device: str | torch.device) -> KernelOptions:
-    """KernelOptions over a recipe's kernels section (defaults when None), the backend resolved for
-    ``device``."""
-    k = KernelsConfig() if kernels is None else kernels
-    return KernelOptions(backend=ops.resolve_backend(k.backend, device), kernels=k)

@@ -21,10 +21,13 @@ def exercise(
     ``before_backward(kind)`` is called before each mixer's backward."""
     import torch
 
+    # not zebractl.model.model: it imports megatron-core, which this step does not need (a
+    # compile process started at launch would pay seconds for it)
     from zebractl.model import ops
     from zebractl.model.mixers import MIXERS
-    from zebractl.model.model import KEEP_FP32, kernel_options
+    from zebractl.model.mixers.common import KEEP_FP32
     from zebractl.model.norms import Norm
+    from zebractl.model.ops import kernel_options
 
     if device.type == "cuda":
         torch.cuda.set_device(device)  # a new thread starts on device 0

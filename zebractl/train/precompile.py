@@ -102,7 +102,7 @@ def start(cfg: RunConfig, device: Any) -> Precompile | None:
         tilelang_build.spawn(cfg)
     if not cfg.kernels.precompile or device.type != "cuda" or cfg.kernels.backend == "torch":
         return None
-    from zebractl.model.model import kernel_options
+    from zebractl.model.ops import kernel_options
 
     try:
         if kernel_options(cfg.kernels, device).backend != "fla":

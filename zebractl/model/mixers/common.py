@@ -15,6 +15,10 @@ from zebractl.model.norms import GatedNorm
 from zebractl.model.ops import KernelOptions
 from zebractl.schemas.preset import LinearAttentionDims, ModelConfig
 
+KEEP_FP32 = ("A_log", "dt_bias", "D")
+"""Recurrent decay parameters stay fp32 whatever the training dtype (as FLA keeps them): their
+exponentials set the state's memory, and bf16 would quantise them coarsely."""
+
 Tensor = torch.Tensor
 Cache = dict[str, Any]
 """One block's generation cache (:class:`zebractl.hf.modeling.ZebraCache`): each convolution's

@@ -68,6 +68,14 @@ def resolve_backend(requested: str, device: torch.device | str | None = None) ->
     return "torch"
 
 
+def kernel_options(kernels: KernelsConfig | None, device: torch.device | str) -> KernelOptions:
+    """KernelOptions over a recipe's kernels section (defaults when None), the backend resolved for
+    ``device``. (Here, not in zebractl.model.model: the background compilation's step needs it
+    without importing megatron-core.)"""
+    k = KernelsConfig() if kernels is None else kernels
+    return KernelOptions(backend=resolve_backend(k.backend, device), kernels=k)
+
+
 RECURRENT_MAX_TOKENS = 64
 """The most tokens a call with a cache runs through FLA's fused recurrent kernels (FLA's own layers
 switch at the same length in inference: ``q_len <= 64``)."""
