@@ -122,6 +122,29 @@ def test_an_alias_import_makes_its_package_whole_and_keeps_the_modules_own_spec(
                    "spec": "fla.modules.norm", "runs": 1}  # fmt: skip
 
 
+def test_a_submodule_in_a_directory_the_package_file_adds_is_found(fake, tmp_path_factory):
+    """FLA's ``__init__`` extends its path over every install that provides ``fla``
+    (``pkgutil.extend_path``): a submodule only the second install has makes FLA whole (all three
+    package files, as :func:`whole`), then loads."""
+    (fake / "fla/__init__.py").write_text(
+        "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\n"
+        "__version__ = '9.9'\nRAN.append('fla')\n"
+    )
+    other = tmp_path_factory.mktemp("other")
+    (other / "fla").mkdir()
+    (other / "fla/extra.py").write_text("EXTRA = 'extra'\n")
+    got = _run(
+        f"""
+        sys.path.append({str(other)!r})
+        fla_import.lean()
+        from fla.extra import EXTRA
+        print(json.dumps({{"ran": RAN, "extra": EXTRA, "lean": fla_import.is_lean("fla")}}))
+        """,
+        fake,
+    )
+    assert got == {"ran": ["fla", "fla.ops", "fla.modules"], "extra": "extra", "lean": False}
+
+
 def test_whole_runs_every_package_file_once(fake):
     got = _run(
         """

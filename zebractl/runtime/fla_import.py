@@ -147,7 +147,9 @@ _ABSENT = object()
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
     """Last on ``sys.meta_path``: a submodule of a stand-in that no file provides may be one of the
-    aliases its ``__init__`` makes: make the package whole, then hand over what it registered."""
+    aliases its ``__init__`` makes, or live in a directory its ``__init__`` adds to its path
+    (``pkgutil.extend_path``: FLA's package spans the installs that provide ``fla``): make the
+    package whole, then hand over what it registered or what its path now holds."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         parent = fullname.rpartition(".")[0]
@@ -157,8 +159,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         # taken out again: a finder that leaves the module in sys.modules has the import system
         # load the module's own spec (the alias's target, executed a second time)
         made = sys.modules.pop(fullname, None)
-        if made is None:
-            return None
+        if made is None:  # a file the whole package's path has (its __init__ may extend it)
+            return importlib.machinery.PathFinder.find_spec(fullname, sys.modules[parent].__path__)
         return importlib.machinery.ModuleSpec(fullname, _Made(made))
 
 
