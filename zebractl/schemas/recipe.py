@@ -322,10 +322,11 @@ class KernelsConfig(StrictModel):
     step's activations on the run's GPU until it exits, before the first step. Under torchrun N
     is the node's: each of its ranks starts its share (at least one). 0 = the run's background
     thread compiles them. Best with ``precompile_tilelang: process`` (TileLang's kernel is not
-    theirs). Opt-in: on an H100 (2026-12-06, e87a0dd) 4 processes waited for took 55.1 and 58.5 s
-    against one thread's 53.0-57.1 s (each process imported torch, megatron-core and FLA first,
-    beside the run's own imports; megatron-core no longer since), kda_300M's cold start 91.1 s
-    against 79.2 s with FLA imported whole, 85.1 s against 70.9 s with the lean import."""
+    theirs). Opt-in: on an H100 (2026-12-06, e87a0dd) 4 processes started at launch were done
+    83.1 and 76.5 s after it, later than one thread started at setup (77.2 and 68.6 s in the runs
+    beside them; each process imported torch, megatron-core and FLA first, beside the run's own
+    imports; megatron-core no longer since), kda_300M's cold start 91.1 s against 79.2 s with
+    FLA imported whole, 85.1 s against 70.9 s with the lean import."""
     precompile_tilelang_overlap: bool = False
     """With precompile on and KDA's TileLang backward built beside it (either place above): true =
     the background step runs KDA's backward at once, with stand-ins for that kernel's outputs

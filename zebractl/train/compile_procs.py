@@ -16,9 +16,9 @@ they inherit), where the run's background compilation, which waits for the proce
 (:func:`wait`), then finds them.
 KDA's TileLang kernel is not theirs (they run its stand-in: :func:`zebractl.train.tilelang_build.stand_in`);
 ``kernels.precompile_tilelang: process`` builds it from launch too. On an H100 (2026-12-06,
-e87a0dd) four processes were no quicker than the thread (55-59 s against 53-57 s: each imported
-torch, megatron-core and FLA first, beside the run's own imports): opt-in (the key's docstring has
-the figures). The step they walk imports no megatron-core since.
+e87a0dd) four processes finished later than the thread (83 and 77 s after launch against 77 and
+69 s: each imported torch, megatron-core and FLA first, beside the run's own imports): opt-in (the
+key's docstring has the figures). The step they walk imports no megatron-core since.
 
 Best effort, like the rest of the background compilation: a process that fails or is killed leaves
 its kernels to the run (compiled as without it); :func:`wait` says how many failed. Each process
