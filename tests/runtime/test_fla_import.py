@@ -145,6 +145,25 @@ def test_a_submodule_in_a_directory_the_package_file_adds_is_found(fake, tmp_pat
     assert got == {"ran": ["fla", "fla.ops", "fla.modules"], "extra": "extra", "lean": False}
 
 
+def test_an_alias_probed_before_its_import_still_imports(fake):
+    """``importlib.util.find_spec`` of an alias (a probe, nothing imported) makes the package whole
+    and leaves the alias where the import finds it: the same module, its file run once (its
+    ``__spec__`` then names the alias, as the probe found it)."""
+    got = _run(
+        """
+        import importlib.util
+        fla_import.lean()
+        probed = importlib.util.find_spec("fla.modules.l2norm") is not None
+        import fla.modules.l2norm as m
+        print(json.dumps({"probed": probed, "same": m is sys.modules["fla.modules.norm"],
+                          "spec": m.__spec__.name, "runs": NORMS, "ran": RAN}))
+        """,
+        fake,
+    )
+    assert got == {"probed": True, "same": True, "spec": "fla.modules.l2norm", "runs": 1,
+                   "ran": ["fla.modules"]}  # fmt: skip
+
+
 def test_whole_runs_every_package_file_once(fake):
     got = _run(
         """

@@ -156,17 +156,21 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         if parent not in _STANDING_IN:
             return None
         complete(parent)
-        # taken out again: a finder that leaves the module in sys.modules has the import system
-        # load the module's own spec (the alias's target, executed a second time)
-        made = sys.modules.pop(fullname, None)
+        made = sys.modules.get(fullname)
         if made is None:  # a file the whole package's path has (its __init__ may extend it)
             return importlib.machinery.PathFinder.find_spec(fullname, sys.modules[parent].__path__)
-        return importlib.machinery.ModuleSpec(fullname, _Made(made))
+        # the import system loads the spec of a module a finder left in sys.modules (for an alias:
+        # its target's, which would run that file a second time): the alias carries ours until
+        # loaded, which gives the same module back and its own spec with it (after a mere probe,
+        # importlib.util.find_spec, ours stays: the module then names the alias as its spec)
+        spec = importlib.machinery.ModuleSpec(fullname, _Made(made))
+        made.__spec__ = spec
+        return spec
 
 
 class _Made(importlib.abc.Loader):
-    """Loads a module that already exists (an alias a package ``__init__`` registered), keeping
-    its own ``__spec__`` (the import system sets the alias's spec on it before ``exec_module``)."""
+    """Loads a module that already exists (an alias a package ``__init__`` registered) and gives
+    it its own ``__spec__`` back."""
 
     def __init__(self, module: types.ModuleType) -> None:
         self.module = module
