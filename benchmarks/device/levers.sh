@@ -23,10 +23,12 @@
 # Only when named in LEVERS_STEPS (not in the default list):
 #   startup  benchmarks/startup_probe.py: train's start-up before setup, by stage (byte-compiled site),
 #            FLA imported whole and lean (LEVERS_STARTUP_MODES), LEVERS_STARTUP_REPEAT rounds (default 1);
-#   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults (shipped: FLA's lean
-#            import) against FLA imported whole (old), the step's Triton kernels in 4 processes and
-#            TileLang's in one from launch (procs), and both (both), alternated twice after a
-#            throwaway run, each a fresh process with a fresh kernel cache
+#   compiled  benchmarks/device/compiled_set.sh: the compiled kernels of gdn_300M and kda_300M
+#            (this GPU's tuned set; on an H200 the H100's too) into $OUT and this tree's
+#            kernel_configs/, so that the cold start after it seeds them;
+#   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults (shipped: the compiled
+#            kernels seeded) against kernels.shipped_compiled=false (old), alternated twice after
+#            a throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
 #            name others; LEVERS_COLDSTART_WARMED=NAME,...: those runs follow `zebractl warmup`;
 #            LEVERS_COLDSTART_PRIME=0: no throwaway run first);
@@ -37,7 +39,7 @@
 # LEVERS_QUICK=1: only tests and kda_300M's defaults against FLA's kernels (ours_fla_kernels) and
 # FLA tuned; LEVERS_BUDGET (default 560 s): the whole job's seconds; LEVERS_STEPS: the steps to
 # run, by name or the part before its first underscore (e.g. "bench curves"; default "ce bench
-# curves profile"; the cold start and decode steps take a command each: LEVERS_STEPS="startup coldstart",
+# curves profile"; the cold start and decode steps take a command each: LEVERS_STEPS="compiled coldstart",
 # then LEVERS_STEPS=decode on the same warm machine). A second
 # call on the same (warm) machine reuses the unpacked packages and data.
 # Files in $OUT: levers.log (everything), bench_*.json, curve*, profile_*.md, tests.log.
@@ -116,9 +118,10 @@ startup_rounds() {
 }
 export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT LEVERS_STARTUP_MODES
 run 240 startup bash -c startup_rounds
+run 300 compiled bash benchmarks/device/compiled_set.sh "$D/gpu_data" "$OUT"
 run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
-  $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.lean_fla_import=false shipped= procs=kernels.lean_fla_import=false,kernels.precompile_processes=4,kernels.precompile_tilelang=process both=kernels.precompile_processes=4,kernels.precompile_tilelang=process}; do printf -- '--variant %s ' "$v"; done) \
-  --order "${LEVERS_COLDSTART_ORDER:-old,shipped,procs,both,old,shipped,procs,both}" \
+  $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.shipped_compiled=false shipped=}; do printf -- '--variant %s ' "$v"; done) \
+  --order "${LEVERS_COLDSTART_ORDER:-old,shipped,old,shipped}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"
 # the bench's own budget ends a minute before the step's limit, so its JSON is written
 DECODE_BUDGET=$(( T0 + ${LEVERS_BUDGET:-560} - $(date +%s) - 60 ))

@@ -18,6 +18,9 @@ def test_the_report_carries_the_result():
         after={"tuned": 5, "compiled": 12},
         exported=Path("/tmp/out.tar.xz"),
         exported_files=5,
+        exported_compiled=Path("/tmp/out.compiled.tar.xz"),
+        exported_compiled_kernels=7,
+        compiled_seeded=4,
     )
     got = report("tiny_kda", res).model_dump()
     assert got == {
@@ -33,4 +36,7 @@ def test_the_report_carries_the_result():
         "compiled_after": 12,
         "exported": "/tmp/out.tar.xz",
         "exported_files": 5,
+        "exported_compiled": "/tmp/out.compiled.tar.xz",
+        "exported_compiled_kernels": 7,
+        "compiled_seeded": 4,
     }

@@ -39,6 +39,13 @@ def warmup(
         help="Also write the cache's tuned configurations to this .tar.xz (what zebractl ships "
         "for a GPU).",
     ),
+    export_compiled: Path = typer.Option(
+        None,
+        "--export-compiled",
+        help="Also write the cache's compiled kernels (Triton binaries and launchers, TileLang "
+        "libraries) to this .tar.xz (what zebractl ships per GPU architecture as "
+        "sm<NN>_torch-<v>_triton-<v>_fla-<v>.compiled.tar.xz).",
+    ),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP + " Progress goes to stderr."),
 ) -> None:
     """Compile and tune the recipe's FLA kernels into the persistent kernel cache, ahead of a job.
@@ -56,7 +63,7 @@ def warmup(
     say = err if json_out else print
     r = resolve_recipe(locate(recipe), set_)
     with stdout_to_stderr(json_out):  # TileLang logs its compiles on stdout
-        res = run(r.run, list(micro) or None, export, say)
+        res = run(r.run, list(micro) or None, export, say, export_compiled=export_compiled)
     before, after = res.before, res.after
     say(
         f"warm: {after['tuned']} tuned configurations ({after['tuned'] - before['tuned']:+d}), "

@@ -18,6 +18,12 @@ one GDN backward kernel) keeps its compiled kernels in ``TILELANG_CACHE_DIR``. :
    source, the candidate list and the tuning key, so a file that does not fit is never used: the
    kernel falls back to autotuning.
 
+4. with ``compiled`` (``kernels.shipped_compiled``, on by default), seeds both caches with the
+   **compiled kernels shipped** for the GPU architecture and packages
+   (``sm<NN>_torch-<v>_triton-<v>_fla-<v>.compiled.tar.xz``,
+   :mod:`zebractl.runtime.compiled_kernels`): a fresh machine then loads the shipped recipes'
+   kernels instead of compiling them.
+
 ``zebractl warmup RECIPE`` fills the cache ahead of a job. Nothing here imports torch or triton at
 module level; the stack is read from the installed packages.
 """
@@ -32,6 +38,8 @@ import tempfile
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from zebractl.runtime import compiled_kernels
 
 CACHE_ENV = "ZEBRACTL_CACHE_DIR"
 """Replaces ``~/.cache/zebractl`` (the cache root) when set."""
@@ -48,11 +56,22 @@ class Stack:
     torch: str
     triton: str
     fla: str
+    arch: str | None = None
+    """The GPU's compute capability, e.g. ``sm90`` (an H100 and an H200 alike)."""
 
     @property
     def key(self) -> str:
         """Folder and archive name, e.g. ``nvidia-h200_torch-2.11.0+cu130_triton-3.6.0_fla-0.6.0``."""
         return f"{self.gpu}_torch-{self.torch}_triton-{self.triton}_fla-{self.fla}"
+
+    @property
+    def compiled_key(self) -> str | None:
+        """The shipped compiled kernels' archive stem: by compute capability, not GPU model (a
+        binary runs on every GPU of its architecture; which tuned configuration a GPU picks is
+        the tuned set's business), e.g. ``sm90_torch-2.11.0+cu130_triton-3.6.0_fla-0.6.0``."""
+        if self.arch is None:
+            return None
+        return f"{self.arch}_torch-{self.torch}_triton-{self.triton}_fla-{self.fla}"
 
 
 def slug(name: str) -> str:
@@ -73,11 +92,13 @@ def current_stack() -> Stack | None:
 
     if not torch.cuda.is_available():
         return None
+    major, minor = torch.cuda.get_device_capability()
     return Stack(
         gpu=slug(torch.cuda.get_device_name()),
         torch=torch.__version__,
         triton=_version("triton"),
         fla=_version("fla-core"),
+        arch=f"sm{major}{minor}",
     )
 
 
@@ -103,6 +124,10 @@ class KernelCache:
     """The shipped configuration set that matches the stack (None: none ships for it)."""
     seeded: int = 0
     """Tuned configurations copied from it into the cache by this call."""
+    compiled: str | None = None
+    """The shipped compiled-kernel set that matches the stack (None: none ships, or not asked)."""
+    compiled_seeded: int = 0
+    """Compiled kernels (Triton binaries, TileLang libraries) copied from it by this call."""
 
     def describe(self) -> str:
         """One line for a log."""
@@ -115,6 +140,10 @@ class KernelCache:
                 else f"no tuned configurations ship for {self.stack.key} (kernels autotune)"
             )
         )
+        if self.compiled_seeded:
+            ship += f"; {self.compiled_seeded} compiled kernels seeded from {self.compiled}"
+        elif self.compiled:
+            ship += f"; compiled kernels of {self.compiled} already seeded"
         return f"kernel cache {self.triton.parent} ({ship})"
 
 
@@ -122,9 +151,11 @@ def configure(
     environ: MutableMapping[str, str] | None = None,
     stack: Stack | None = None,
     shipped_dir: Path = SHIPPED,
+    compiled: bool = True,
 ) -> KernelCache | None:
     """Set up the persistent kernel cache for this process and the ones it starts (see the module
-    docstring). Returns None without CUDA (nothing to compile)."""
+    docstring; ``compiled``: seed the shipped compiled kernels too). Returns None without CUDA
+    (nothing to compile)."""
     env = os.environ if environ is None else environ
     stack = stack or current_stack()
     if stack is None:
@@ -149,6 +180,10 @@ def configure(
     if archive.is_file():
         cache.shipped = archive.name
         cache.seeded = seed(cache.triton, archive)
+    binaries = shipped_dir / f"{stack.compiled_key}{compiled_kernels.SUFFIX}"
+    if compiled and stack.compiled_key and binaries.is_file():
+        cache.compiled = binaries.name
+        cache.compiled_seeded = compiled_kernels.seed(cache.triton, cache.tilelang, binaries).total
     return cache
 
 

@@ -40,6 +40,9 @@ class WarmupResult:
     after: dict[str, int] = field(default_factory=dict)
     exported: Path | None = None
     exported_files: int = 0
+    exported_compiled: Path | None = None
+    exported_compiled_kernels: int = 0
+    compiled_seeded: int = 0
 
 
 def check_supported(device_is_cuda: bool) -> None:
@@ -56,6 +59,7 @@ def warm_kernels(
     micro_batches: list[int] | None = None,
     export: Path | None = None,
     console: Callable[[str], None] = print,
+    export_compiled: Path | None = None,
 ) -> WarmupResult:
     """Fill the kernel cache for ``cfg`` (see the module docstring)."""
     import torch
@@ -75,7 +79,7 @@ def warm_kernels(
     from zebractl.model.model import build_model
     from zebractl.runtime import kernel_cache
 
-    cache = kernel_cache.configure()
+    cache = kernel_cache.configure(compiled=cfg.kernels.shipped_compiled)
     assert cache is not None  # CUDA is there
     console(cache.describe())
     result = WarmupResult(
@@ -83,6 +87,7 @@ def warm_kernels(
         stack=cache.stack.key,
         shipped=cache.shipped,
         before=kernel_cache.entries(cache.triton),
+        compiled_seeded=cache.compiled_seeded,
     )
     megatron = cfg.optimizer.impl == "megatron" and cfg.precision == "bf16"
     dtype = torch.bfloat16 if megatron else torch.float32
@@ -112,6 +117,15 @@ def warm_kernels(
         result.exported = export
         result.exported_files = kernel_cache.export(cache.triton, export)
         console(f"exported {result.exported_files} tuned configurations to {export}")
+    if export_compiled is not None:
+        from zebractl.runtime import compiled_kernels
+
+        counts = compiled_kernels.export(cache.triton, cache.tilelang, export_compiled)
+        result.exported_compiled, result.exported_compiled_kernels = export_compiled, counts.total
+        console(
+            f"exported {counts.triton} Triton kernels, {counts.modules} of their host modules and "
+            f"{counts.tilelang} TileLang kernels to {export_compiled}"
+        )
     return result
 
 
@@ -131,4 +145,7 @@ def report(recipe: str, res: WarmupResult) -> WarmupReport:
         compiled_after=res.after["compiled"],
         exported=str(res.exported) if res.exported else None,
         exported_files=res.exported_files,
+        exported_compiled=str(res.exported_compiled) if res.exported_compiled else None,
+        exported_compiled_kernels=res.exported_compiled_kernels,
+        compiled_seeded=res.compiled_seeded,
     )

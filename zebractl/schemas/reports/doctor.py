@@ -107,7 +107,8 @@ class EnvReport(Report):
     kernel_stacks: list[str]
     """Kernel cache folders present under the kernel cache (one per GPU/torch/triton/FLA stack)."""
     shipped_kernel_configs: list[str]
-    """Tuned kernel configuration sets shipped with zebractl (``<stack>.tar.xz``)."""
+    """Kernel sets shipped with zebractl: tuned configurations (``<stack>.tar.xz``) and compiled
+    kernels (``<stack>.compiled.tar.xz``)."""
     paths: list[EnvPath]
     """Caches and folders zebractl uses: the kernel cache, Triton's and TileLang's cache folders,
     the Hugging Face cache, the shipped recipes and presets, the package, the working directory."""

@@ -86,6 +86,13 @@ class WarmupReport(Report):
     """--export: the archive written."""
     exported_files: int = 0
     """Tuned configurations in it."""
+    exported_compiled: str | None = None
+    """--export-compiled: the archive of compiled kernels written."""
+    exported_compiled_kernels: int = 0
+    """Compiled kernels in it (Triton binaries and TileLang libraries)."""
+    compiled_seeded: int = 0
+    """Compiled kernels copied into the cache from the set shipped for this stack
+    (``kernels.shipped_compiled``) before the warmup."""
 
 
 # ---- zebractl train --check ------------------------------------------------------------------------
