@@ -191,7 +191,9 @@ def test_a_damaged_archive_warns_and_leaves_the_kernels_to_compile(tmp_path, dam
         {"truncated": good[: len(good) // 2], "not xz": b"PK\x03\x04", "empty": b""}[damage]
     )
     triton = tmp_path / "b"
-    with pytest.warns(RuntimeWarning, match=r"bad\.tar\.xz cannot be read.*kernels will compile"):
+    with pytest.warns(
+        RuntimeWarning, match=r"bad\.tar\.xz could not be copied.*kernels will compile"
+    ):
         counts = ck.seed(triton, tmp_path / "bt", bad)
     assert counts.total == 0 and not (triton / ck._SEEDED).exists()
     assert not list(triton.rglob("__grp__*")) if triton.exists() else True
@@ -264,3 +266,12 @@ def test_a_kernel_runs_from_a_seeded_cache_without_compiling(tmp_path):
     run(tmp_path / "b")
     after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "b").rglob("*"))
     assert after == before, f"the seeded run compiled: {sorted(set(after) - set(before))}"
+
+
+def test_a_cache_that_cannot_be_written_warns_and_leaves_the_kernels_to_compile(tmp_path):
+    archive = _export(tmp_path)
+    blocked = tmp_path / "bt"
+    blocked.write_text("a file where the TileLang cache folder should be")
+    with pytest.warns(RuntimeWarning, match=r"could not be copied into the kernel cache"):
+        counts = ck.seed(tmp_path / "b", blocked, archive)
+    assert counts.tilelang == 0 and not (tmp_path / "b" / ck._SEEDED).exists()

@@ -243,8 +243,8 @@ def seed(triton_dir: Path, tilelang_dir: Path, archive: Path) -> Counts:
         import warnings
 
         warnings.warn(
-            f"zebractl: the shipped compiled kernels {archive} cannot be read ({exc}); "
-            "kernels will compile",
+            f"zebractl: the shipped compiled kernels {archive} could not be copied into the "
+            f"kernel cache ({exc}); kernels will compile",
             RuntimeWarning,
             stacklevel=2,
         )
