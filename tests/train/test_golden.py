@@ -69,10 +69,12 @@ def test_losses_match_the_golden_numbers(recipe, shipped_run, request):
 @pytest.mark.slow
 def test_the_golden_check_catches_wrong_numerics(shipped_run, tmp_path, monkeypatch):
     """A wrong initialisation, gate or norm each moves the losses past the tolerance within the
-    first 6 steps (measured: by step 6 each is 3.9x-28x past it), so the runs stop there."""
+    first 3 steps, so the runs stop there. Measured (seed 1234, the recipe's), the worst step's
+    distance in tolerances: by step 3 init 2.8x, norm 6.6x, gate 5.5x (by step 6 3.9x, 28x, 24x;
+    init and gate are past it from step 1, norm from step 2)."""
     from zebractl.model.ops import torch_ops
 
-    n = 6
+    n = 3
     want = _read("tiny_kda")[:n]
 
     def run(name: str, *sets: str) -> list[float]:
