@@ -158,6 +158,10 @@ class Cli:
     def __call__(self, *args: str):
         return self.runner.invoke(app, list(args), prog_name="zebractl")
 
+    def chat(self, *args: str, stdin: str):
+        """``zebractl chat ARGS`` reading the lines of ``stdin`` (a pipe's, not a terminal's)."""
+        return self.runner.invoke(app, ["chat", *args], input=stdin, prog_name="zebractl")
+
 
 @pytest.fixture
 def cli() -> Cli:
