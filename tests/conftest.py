@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -156,6 +157,10 @@ class Cli:
 
     def __call__(self, *args: str):
         return self.runner.invoke(app, list(args), prog_name="zebractl")
+
+    def chat(self, *args: str, stdin: str):
+        """``zebractl chat ARGS`` reading the lines of ``stdin`` (a pipe's, not a terminal's)."""
+        return self.runner.invoke(app, ["chat", *args], input=stdin, prog_name="zebractl")
 
 
 @pytest.fixture
@@ -348,11 +353,19 @@ def demo_chat(tmp_path_factory) -> Path:
     return root / "data"
 
 
+_ONCE: dict[tuple[str, ...], Path] = {}
+_ONCE_RESULTS: dict[Path, Any] = {}
+
+
 class FastRun:
     """Tiny runs on the demo corpus with the :data:`FAST` settings, and their metrics."""
 
-    def __init__(self, data: Path) -> None:
+    results = _ONCE_RESULTS
+    """The RunResult of each run :meth:`once` trained, by folder."""
+
+    def __init__(self, data: Path, factory: pytest.TempPathFactory | None = None) -> None:
         self.data = data
+        self._factory = factory
 
     def sets(self, *sets: str) -> list[str]:
         """`--set` values of the fast tiny run plus ``sets``."""
@@ -377,6 +390,22 @@ class FastRun:
         kw.setdefault("console", lambda s: None)
         run = RunDir.for_recipe(r.run, r.name, out)
         return Trainer(r.run, run, ResolvedConfigRecord.of(r), **kw).fit()
+
+    def once(self, recipe: str, *sets: str, stop_after: int | None = None) -> Path:
+        """The folder of ``train(recipe, out, *sets, stop_after=...)``, trained once per session
+        for every test that asks for the same run (its RunResult: ``results[folder]``): tests read
+        it, or :meth:`copy` it before changing it."""
+        key = (str(self.data), recipe, *sets, f"stop_after={stop_after}")
+        if key not in _ONCE:
+            out = self._factory.mktemp(f"once_{recipe}") / "run"
+            self.results[out] = self.train(recipe, out, *sets, stop_after=stop_after)
+            _ONCE[key] = out
+        return _ONCE[key]
+
+    def copy(self, recipe: str, out: Path, *sets: str, stop_after: int | None = None) -> Path:
+        """``out``: a copy of :meth:`once`'s run, for a test to change (resume, damage)."""
+        shutil.copytree(self.once(recipe, *sets, stop_after=stop_after), out, dirs_exist_ok=True)
+        return out
 
     @staticmethod
     def rows(out: Path, kind: str = "train") -> list[dict]:
@@ -410,9 +439,9 @@ def masked_spans() -> Callable[[Any, list[int], list[int]], list[str]]:
 
 
 @pytest.fixture
-def fast(demo_data) -> FastRun:
+def fast(demo_data, tmp_path_factory) -> FastRun:
     """Fast tiny runs on the demo corpus."""
-    return FastRun(demo_data)
+    return FastRun(demo_data, tmp_path_factory)
 
 
 TRAINED_SETS = (

@@ -8,6 +8,7 @@ order: FLA's naive recurrent references against zebractl's chunked torch referen
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,10 +155,9 @@ def test_hostile_input_is_one_line_exit_2(cli, fast, tmp_path):
         r = cli("compare", *args)
         assert r.exit_code == 2 and message in r.stderr, (args, r.output)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    # a damaged metrics line is named with its line number
+    # a damaged metrics line is named with its line number (in a copy of the same run)
     bad = tmp_path / "bad"
-    with scoped():
-        fast.train("tiny_kda", bad, "schedule.iterations=2", "schedule.warmup_iterations=1")
+    shutil.copytree(tmp_path / "a", bad)
     with (bad / "metrics.jsonl").open("a") as f:
         f.write('{"kind": "train", "iteration": "x"}\n')
     r = cli("compare", a, str(bad))
@@ -209,8 +209,6 @@ def test_a_stopped_reference_run_resumes_bitwise(cli, fast, tmp_path):
 
 def test_eval_deltas_in_points_and_their_tolerance(cli, fast, tmp_path):
     """Both runs' eval/results.json (`zebractl eval`) give a per-task table in points."""
-    import shutil
-
     from zebractl.schemas.reports import EvalMetric, EvalReport, EvalTaskResult
 
     a = tmp_path / "a"

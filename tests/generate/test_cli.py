@@ -139,7 +139,7 @@ def test_a_prompt_longer_than_the_positions_exits_2(cli, trained):
     assert res.exit_code == 2 and "positions" in res.stderr, res.stderr
 
 
-def test_chat_through_a_pipe_feeds_only_each_new_turn(chat_run, demo_chat, tmp_path):
+def test_chat_through_a_pipe_feeds_only_each_new_turn(cli, chat_run, demo_chat, tmp_path):
     """Three turns from a pipe: after the first, each turn feeds fewer tokens than the whole
     conversation, and the last reply equals a generation from a from-scratch render of the whole
     conversation (rendered with the run's template, tokenized as one text)."""
@@ -172,7 +172,9 @@ def test_chat_through_a_pipe_feeds_only_each_new_turn(chat_run, demo_chat, tmp_p
         msgs.append(Message("assistant", turn["reply"]))
     prompt = tmp_path / "conversation.txt"
     prompt.write_text(tpl.render(msgs[:-1], True, "test"), encoding="utf-8")
-    scratch = _zebractl(
+    # the from-scratch generation in this process (the pipe is the chat's): a third start-up of
+    # torch and megatron in a process of its own tested nothing more
+    scratch = cli(
         "generate",
         str(chat_run),
         "--prompt-file",
@@ -183,7 +185,7 @@ def test_chat_through_a_pipe_feeds_only_each_new_turn(chat_run, demo_chat, tmp_p
         "<|im_end|>",
         "--json",
     )
-    assert scratch.returncode == 0, scratch.stderr
+    assert scratch.exit_code == 0, scratch.stderr
     assert json.loads(scratch.stdout)["text"] == doc["turns"][-1]["reply"]
 
 
@@ -209,12 +211,14 @@ def test_an_export_carries_the_data_template_and_chats_like_the_run(cli, chat_ru
     hf = tmp_path / "hf"
     assert cli("convert", str(chat_run), str(hf), "--dtype", "fp32").exit_code == 0
     assert (hf / "chat_template.jinja").read_text(encoding="utf-8") == CHATML_JINJA
+    # both chats in this process, the lines on stdin (test_chat_through_a_pipe_feeds_only_each_
+    # new_turn is the one through a real pipe)
     talk = "hello\nwhat is 2+2?\n"
-    run = json.loads(
-        _zebractl("chat", str(chat_run), "--max-new-tokens", "6", "--json", stdin=talk).stdout
-    )
-    res = _zebractl("chat", str(hf), "--max-new-tokens", "6", "--json", stdin=talk)
-    assert res.returncode == 0, res.stderr
+    ran = cli.chat(str(chat_run), "--max-new-tokens", "6", "--json", stdin=talk)
+    assert ran.exit_code == 0, ran.stderr
+    run = json.loads(ran.stdout)
+    res = cli.chat(str(hf), "--max-new-tokens", "6", "--json", stdin=talk)
+    assert res.exit_code == 0, res.stderr
     export = json.loads(res.stdout)
     assert export["template"] == "tokenizer"
     assert [t["reply"] for t in export["turns"]] == [t["reply"] for t in run["turns"]]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import types
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +55,51 @@ def helper_processes(monkeypatch):
 
     out.patch = patch
     return out
+
+
+# ---- the first iterations of the shipped tiny recipes (golden losses, the fine-tune's base)
+
+SHIPPED_STEPS = 20
+SHIPPED_SETS = (
+    # the shipped recipe, logged every step, no side trips (validation and saves do not change
+    # the training numbers, they only cost time) but its own checkpoint interval (20): one save,
+    # of the last iteration, that a fine-tune can start from
+    "logging.interval=1",
+    "logging.tensorboard=false",
+    "validation=null",
+)
+_SHIPPED: dict[str, Path] = {}
+
+
+def _shipped(demo_data: Path, out: Path, recipe: str, *more: str, steps: int) -> Path:
+    from zebractl.config.resolve import resolve_recipe
+    from zebractl.run import ResolvedConfigRecord, RunDir
+    from zebractl.train.trainer import Trainer
+
+    r = resolve_recipe(recipe, [f"data.paths=[{{path: {demo_data}}}]", *SHIPPED_SETS, *more])
+    run = RunDir.for_recipe(r.run, r.name, out)
+    trainer = Trainer(
+        r.run, run, ResolvedConfigRecord.of(r), stop_after=steps, console=lambda s: None
+    )
+    assert trainer.fit().iterations == steps
+    return out
+
+
+@pytest.fixture(scope="session")
+def shipped_run(tmp_path_factory, demo_data) -> Callable[..., Path]:
+    """``shipped_run(recipe, *sets, steps=SHIPPED_STEPS, out=None)``: the run folder of the first
+    ``steps`` iterations of a shipped recipe as shipped (its schedule too, stopped there) on the
+    demo corpus, with :data:`SHIPPED_SETS` and ``sets``. Without ``out``, trained once per session
+    for each (recipe, sets, steps): the golden tests and the fine-tune tests read the same
+    tiny_hybrid run; copy it before changing it. With ``out``: trained there, every call."""
+
+    def get(recipe: str, *sets: str, steps: int = SHIPPED_STEPS, out: Path | None = None) -> Path:
+        if out is not None:
+            return _shipped(demo_data, out, recipe, *sets, steps=steps)
+        key = " ".join((recipe, *sets, str(steps)))
+        if key not in _SHIPPED:
+            folder = tmp_path_factory.mktemp(f"shipped_{recipe}") / "run"
+            _SHIPPED[key] = _shipped(demo_data, folder, recipe, *sets, steps=steps)
+        return _SHIPPED[key]
+
+    return get

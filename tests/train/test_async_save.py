@@ -38,13 +38,14 @@ def _weights(folder: Path, cfg) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_async_saves_write_what_sync_saves_write_and_resume_bitwise(fast, tmp_path):
-    sync = fast.train("tiny_kda", tmp_path / "sync", *SETS[:-1], "checkpoint.async_save=false")
+    # the sync run is trained once per session (test_stop_mid_save's reference run)
+    sync = fast.once("tiny_kda", *SETS[:-1], "checkpoint.async_save=false")
     msgs: list[str] = []
     asyn = fast.train("tiny_kda", tmp_path / "async", *SETS, console=msgs.append)
-    assert sync.checkpoint == tmp_path / "sync/checkpoints/iter_0000006"
+    assert fast.results[sync].checkpoint == sync / "checkpoints/iter_0000006"
     assert asyn.checkpoint == tmp_path / "async/checkpoints/iter_0000006"
-    assert fast.losses(tmp_path / "async") == fast.losses(tmp_path / "sync")
-    roots = [tmp_path / d / "checkpoints" for d in ("sync", "async")]
+    assert fast.losses(tmp_path / "async") == fast.losses(sync)
+    roots = [sync / "checkpoints", tmp_path / "async" / "checkpoints"]
     assert [[c.iteration for c in ckpt.complete(r)] for r in roots] == [[2, 4, 6]] * 2
     assert not list(roots[1].glob("*.tmp"))
     cfg = fast.resolve("tiny_kda", *SETS).run
@@ -70,7 +71,7 @@ def test_async_saves_write_what_sync_saves_write_and_resume_bitwise(fast, tmp_pa
     assert [c.iteration for c in ckpt.complete(out / "checkpoints")] == [2]
     resumed = fast.train("tiny_kda", out, *SETS)
     assert resumed.resumed_from == 2 and resumed.iterations == 6
-    assert fast.losses(out) == fast.losses(tmp_path / "sync")  # bitwise
+    assert fast.losses(out) == fast.losses(sync)  # bitwise
 
 
 def test_a_stop_right_after_an_async_save_waits_for_it_and_saves_once(fast, tmp_path):
@@ -181,5 +182,5 @@ def test_sigkill_during_an_async_save_leaves_it_incomplete(fast, tmp_path, stage
     assert resumed.resumed_from == 2 and resumed.iterations == 6, msgs
     assert [c.iteration for c in ckpt.complete(out / "checkpoints")] == [2, 4, 6]
     assert not list((out / "checkpoints").glob("*.tmp"))
-    fast.train("tiny_kda", tmp_path / "ref", *SETS)
-    assert fast.losses(out) == fast.losses(tmp_path / "ref")  # bitwise
+    ref = fast.once("tiny_kda", *SETS)  # the uninterrupted run, trained once for both stages
+    assert fast.losses(out) == fast.losses(ref)  # bitwise

@@ -7,6 +7,7 @@ A missing `init_from` is a config error (exit 2) before anything is built. Seed:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,19 +40,14 @@ def _rows(out, kind):
 
 
 @pytest.fixture(scope="module")
-def pair(demo_data, demo_chat, tmp_path_factory) -> SimpleNamespace:
-    """tiny_hybrid pretrained for 20 iterations and tiny_sft fine-tuned from it for 20 (trained
-    once for this module): ``base``, ``sft``, the SFT's RunResult and what it said."""
+def pair(demo_chat, tmp_path_factory, shipped_run) -> SimpleNamespace:
+    """tiny_hybrid as shipped, stopped after 20 iterations (a copy of conftest's shipped_run, the
+    golden test's run, trained once per session), and tiny_sft fine-tuned from its checkpoint of
+    iteration 20 for 20 (trained once for this module): ``base``, ``sft``, the SFT's RunResult and
+    what it said."""
     root = tmp_path_factory.mktemp("sft_pair")
     base = root / "tiny_hybrid"
-    _train(
-        "tiny_hybrid",
-        base,
-        f"data.paths=[{{path: {demo_data}}}]",
-        "schedule.iterations=20",
-        "validation=null",
-        "logging.tensorboard=false",
-    )
+    shutil.copytree(shipped_run("tiny_hybrid"), base)
     said: list[str] = []
     sft = root / "tiny_sft"
     result = _train(

@@ -18,6 +18,9 @@ pytest.importorskip("megatron.core")
 from zebractl.run import checkpoint as ckpt  # noqa: E402
 
 STOP = ("schedule.iterations=6", "checkpoint.interval=4", "checkpoint.keep_last=0")
+EMPTIED = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
+"""The run stopped after iteration 4 (checkpoints 2 and 4) that the tests of damaged or emptied
+checkpoints copy (``fast.copy``: trained once)."""
 
 
 def _weights(fast, folder):
@@ -153,9 +156,9 @@ def test_a_stop_saves_the_completed_step_not_the_next(fast, tmp_path):
 )
 def test_damaged_checkpoints_are_named_and_skipped(fast, tmp_path, damage):
     sets = ("schedule.iterations=8", "checkpoint.interval=2", "checkpoint.keep_last=0")
-    fast.train("tiny_kda", tmp_path / "full", *sets)
-    out = tmp_path / "run"
-    fast.train("tiny_kda", out, *sets, stop_after=6)
+    # the uninterrupted run and the one stopped after 6 are trained once for every damage
+    full = fast.once("tiny_kda", *sets)
+    out = fast.copy("tiny_kda", tmp_path / "run", *sets, stop_after=6)
     root = out / "checkpoints"
     newest = root / "iter_0000006"
     shard = max(newest.glob("*.distcp"), key=lambda p: p.stat().st_size)
@@ -175,12 +178,12 @@ def test_damaged_checkpoints_are_named_and_skipped(fast, tmp_path, damage):
     res = fast.train("tiny_kda", out, *sets, console=msgs.append)
     assert any(expect in m for m in msgs), msgs
     assert res.resumed_from == 4
-    assert fast.losses(out) == fast.losses(tmp_path / "full")
+    assert fast.losses(out) == fast.losses(full)
 
 
 def test_every_checkpoint_damaged_is_a_usage_error_not_a_fresh_start(cli, fast, tmp_path):
-    sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
-    fast.train("tiny_kda", tmp_path, *sets, stop_after=4)
+    sets = EMPTIED
+    fast.copy("tiny_kda", tmp_path, *sets, stop_after=4)  # trained once, for these tests
     for c in ckpt.complete(tmp_path / "checkpoints"):
         (c.folder / "common.pt").write_bytes(b"")
     r = cli("train", "tiny_kda", *fast.args(*sets), "--output", str(tmp_path))
@@ -317,8 +320,8 @@ def test_emptied_checkpoint_folders_are_named_and_refused_never_a_silent_restart
 ):
     """Issue 26: with every checkpoint folder emptied (or half-emptied), rerunning the command
     exits 2 naming each folder and how to start over on purpose; it never trains from 0."""
-    sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
-    fast.train("tiny_kda", tmp_path, *sets, stop_after=4)
+    sets = EMPTIED
+    fast.copy("tiny_kda", tmp_path, *sets, stop_after=4)
     folders = [c.folder for c in ckpt.complete(tmp_path / "checkpoints")]
     assert [f.name for f in folders] == ["iter_0000002", "iter_0000004"]
     rows = len(fast.rows(tmp_path))
@@ -354,8 +357,8 @@ def test_emptied_checkpoint_folders_are_named_and_refused_never_a_silent_restart
 
 @pytest.mark.slow
 def test_an_emptied_newest_checkpoint_is_named_and_skipped_for_an_intact_one(fast, tmp_path):
-    sets = ("schedule.iterations=6", "checkpoint.interval=2", "checkpoint.keep_last=0")
-    fast.train("tiny_kda", tmp_path, *sets, stop_after=4)
+    sets = EMPTIED
+    fast.copy("tiny_kda", tmp_path, *sets, stop_after=4)
     newest = tmp_path / "checkpoints" / "iter_0000004"
     _emptied(newest)
     msgs: list[str] = []

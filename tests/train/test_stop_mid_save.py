@@ -104,26 +104,19 @@ def _weights(folder: Path, cfg) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
 
 
-_REFERENCES: dict[tuple[str, ...], Path] = {}
+def _reference(fast, *sets: str) -> Path:
+    """The uninterrupted run of ``sets`` with blocking saves (``checkpoint.async_save`` aside:
+    background saves change no number), trained once per session (test_async_save's sync run)."""
+    key = [s for s in sets if not s.startswith("checkpoint.async_save=")]
+    return fast.once("tiny_kda", *key, "checkpoint.async_save=false")
 
 
-def _reference(fast, factory, *sets: str) -> Path:
-    """The uninterrupted run of ``sets`` (``checkpoint.async_save`` aside: background saves change
-    no number), trained once per test process."""
-    key = tuple(s for s in sets if not s.startswith("checkpoint.async_save="))
-    if key not in _REFERENCES:
-        out = factory.mktemp("reference") / "run"
-        fast.train("tiny_kda", out, *key)
-        _REFERENCES[key] = out
-    return _REFERENCES[key]
-
-
-def _assert_resumes_bitwise(fast, factory, out: Path, stop: int, *sets: str) -> None:
+def _assert_resumes_bitwise(fast, out: Path, stop: int, *sets: str) -> None:
     """The rerun resumes from the stop's checkpoint; its losses and final weights equal the
     uninterrupted run's bit for bit."""
     resumed = fast.train("tiny_kda", out, *sets)
     assert resumed.resumed_from == stop and resumed.iterations == 6
-    ref = _reference(fast, factory, *sets)
+    ref = _reference(fast, *sets)
     assert fast.losses(out) == fast.losses(ref)  # bitwise
     cfg = fast.resolve("tiny_kda", *sets).run
     got, want = (_weights(r / "checkpoints/iter_0000006", cfg) for r in (out, ref))
@@ -187,13 +180,13 @@ def _assert_stopped_cleanly(code: int, log: str, err: str, out: Path, background
 @pytest.mark.slow
 @pytest.mark.parametrize("background", [False, True], ids=["blocking", "async"])
 def test_sigterm_to_the_process_group_mid_save_completes_it_and_resumes_bitwise(
-    fast, tmp_path, tmp_path_factory, background
+    fast, tmp_path, background
 ):
     sets = (*SETS, f"checkpoint.async_save={str(background).lower()}")
     out = tmp_path / "run"
     code, log, err = _stopped_mid_save(fast.sets(*sets), out, tmp_path, timeout=300)
     stop = _assert_stopped_cleanly(code, log, err, out, background)
-    _assert_resumes_bitwise(fast, tmp_path_factory, out, stop, *sets)
+    _assert_resumes_bitwise(fast, out, stop, *sets)
 
 
 @pytest.mark.slow
@@ -218,7 +211,7 @@ def test_a_full_disk_mid_save_is_one_line_of_ours(fast, tmp_path, background):
 @pytest.mark.parametrize("background", [False, True], ids=["blocking", "async"])
 @pytest.mark.parametrize("engine", ["torch_fused", "megatron"])
 def test_sigterm_mid_save_on_the_gpu_completes_it_and_resumes_bitwise(
-    fast, tmp_path, tmp_path_factory, engine, background
+    fast, tmp_path, engine, background
 ):
     """Both engines, both save modes, on the GPU (megatron's engine is CUDA-only): the stop
     completes the save in flight, exits 143 without a traceback (it ended in
@@ -233,4 +226,4 @@ def test_sigterm_mid_save_on_the_gpu_completes_it_and_resumes_bitwise(
     code, log, err = _stopped_mid_save(fast.sets(*sets), out, tmp_path, timeout=300)
     stop = _assert_stopped_cleanly(code, log, err, out, background)
     assert ckpt.read_marker(ckpt.checkpoint_dir(out / "checkpoints", 2)).optimizer_impl == engine
-    _assert_resumes_bitwise(fast, tmp_path_factory, out, stop, *sets)
+    _assert_resumes_bitwise(fast, out, stop, *sets)
