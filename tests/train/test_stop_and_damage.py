@@ -65,12 +65,17 @@ def test_signals_at_random_moments_stop_at_a_step_boundary(
     monkeypatch.setattr(signals_mod.StopFlag, "__enter__", enter)
     monkeypatch.setattr(trainer_mod.Trainer, "_stop_requested", check)
 
-    # the window of the runs the signals will hit, timed on this machine
-    timed = cli("train", "tiny_kda", *fast.args(*STOP), "--output", str(tmp_path / "timed"))
-    assert timed.exit_code == 0, timed.output
+    # the window of the runs the signals will hit, timed on this machine: the shorter of two runs
+    # (a process's first CLI run is several times slower than the next: timed on it alone, most
+    # signals fell after the runs had ended)
+    spans = []
+    for i in range(2):
+        timed = cli("train", "tiny_kda", *fast.args(*STOP), "--output", str(tmp_path / f"timed{i}"))
+        assert timed.exit_code == 0, timed.output
+        spans.append(window["last check"] - window["in"])
     # up to the last between-steps check (a later signal finds the run done: exit 0), with a
     # margin for the runs' spread
-    span = 0.8 * (window["last check"] - window["in"])
+    span = 0.8 * min(spans)
     assert span > 0, window
     # reference: the same run with a checkpoint after every iteration
     fast.train("tiny_kda", tmp_path / "ref", *STOP, "checkpoint.interval=1")
