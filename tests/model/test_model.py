@@ -277,7 +277,8 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     from zebractl.model.mixers import mamba2
 
     assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
-    from zebractl.train import compile_procs, cuda_graph, launch, precompile, trainer
+    from zebractl.runtime import kernel_cache
+    from zebractl.train import compile_procs, cuda_graph, precompile, trainer
 
     source = inspect.getsource(ops) + inspect.getsource(layers)  # layers: fp8_mlp picks the MLP
     elsewhere = {  # not how ops compute
@@ -290,7 +291,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
         "lazy_framework_compile": (trainer, "cfg.kernels.lazy_framework_compile"),  # imports
         "lean_fla_import": (trainer, "lean = cfg.kernels.lean_fla_import"),  # imports
-        "shipped_compiled": (launch, "compiled=r.run.kernels.shipped_compiled"),  # the cache
+        "shipped_compiled": (kernel_cache, "compiled=kernels.shipped_compiled"),  # the cache
     }
     unread = [
         name

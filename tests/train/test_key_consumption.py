@@ -222,12 +222,14 @@ def _exercise(name: str, sets: list[str], monkeypatch) -> tuple[set[str], set[st
     from zebractl.model.model import build_model
     from zebractl.planning.plan import Plan
     from zebractl.run import ResolvedConfigRecord, RunDir
+    from zebractl.runtime import kernel_cache
     from zebractl.train.trainer import Trainer
 
     r = resolve_recipe(name, sets)
     cfg = r.run
     with reads(cfg) as seen:
         Plan(r.source, cfg).to_dict()
+        kernel_cache.configure_for(cfg.kernels)  # what `train` does first (None on the CPU)
         run = RunDir.for_recipe(cfg, r.name)
         result = Trainer(cfg, run, ResolvedConfigRecord.of(r), console=lambda s: None).fit()
         with monkeypatch.context() as mp:

@@ -38,6 +38,7 @@ import tempfile
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from zebractl.runtime import compiled_kernels
 
@@ -185,6 +186,12 @@ def configure(
         cache.compiled = binaries.name
         cache.compiled_seeded = compiled_kernels.seed(cache.triton, cache.tilelang, binaries).total
     return cache
+
+
+def configure_for(kernels: Any) -> KernelCache | None:
+    """:func:`configure` for a run whose recipe's ``kernels`` section is ``kernels`` (its
+    ``shipped_compiled`` says whether the shipped compiled kernels are seeded)."""
+    return configure(compiled=kernels.shipped_compiled)
 
 
 def seed(triton_dir: Path, archive: Path) -> int:

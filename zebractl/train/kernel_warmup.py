@@ -79,7 +79,7 @@ def warm_kernels(
     from zebractl.model.model import build_model
     from zebractl.runtime import kernel_cache
 
-    cache = kernel_cache.configure(compiled=cfg.kernels.shipped_compiled)
+    cache = kernel_cache.configure_for(cfg.kernels)
     assert cache is not None  # CUDA is there
     console(cache.describe())
     result = WarmupResult(

@@ -236,7 +236,7 @@ def start(req: TrainRequest, console=print) -> LaunchOutcome:
         # the launcher above never touches the GPU)
         from zebractl.runtime import kernel_cache
 
-        cache = kernel_cache.configure(compiled=r.run.kernels.shipped_compiled)
+        cache = kernel_cache.configure_for(r.run.kernels)
         if cache is not None and rank == 0:
             console(cache.describe())
         # kernels.precompile_tilelang: process: KDA's TileLang kernel compiles from here on, in a

@@ -26,7 +26,7 @@ def train_fla_reference(run_path: Path, console: Any = print) -> Path:
     cfg = RunConfig.model_validate(record.config)
     root = run.reference_root("fla")
     console(f"FLA reference of {run.root}: {root}")
-    kernel_cache.configure(compiled=cfg.kernels.shipped_compiled)
+    kernel_cache.configure_for(cfg.kernels)
     with dist.scoped():
         Trainer(
             cfg, RunDir(root), record.model_copy(update={"reference": "fla"}), console=console
