@@ -221,12 +221,39 @@ def _seed_tilelang(tilelang_dir: Path, rel: str, files: dict[str, bytes]) -> boo
     return True
 
 
+SEED_ERRORS = (tarfile.TarError, OSError, EOFError, ValueError)
+"""What reading a shipped archive or writing the cache may raise: a warning, never a failed run."""
+
+
+def seeded(marker: Path, archive: Path) -> bool:
+    """Whether ``marker`` says ``archive`` (by name and size) was copied into the cache already."""
+    return marker.is_file() and marker.read_text().strip() == _stamp(archive)
+
+
+def mark_seeded(marker: Path, archive: Path) -> None:
+    """Record that ``archive`` was copied (the next run skips reading it)."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(_stamp(archive) + "\n")
+
+
+def warn_unseeded(what: str, archive: Path, problem: str, exc: BaseException, then: str) -> None:
+    """A shipped archive that could not be used: a warning, and the run goes on (``then``)."""
+    import warnings
+
+    warnings.warn(
+        f"zebractl: {what} {archive} {problem} ({exc}); {then}", RuntimeWarning, stacklevel=3
+    )
+
+
+def _stamp(archive: Path) -> str:
+    return f"{archive.name} {archive.stat().st_size}"
+
+
 def seed(triton_dir: Path, tilelang_dir: Path, archive: Path) -> Counts:
     """Copy the archive's compiled kernels into the two caches (see the module docstring).
     Returns what was copied. A damaged archive is reported and skipped: the kernels compile."""
     marker = triton_dir / _SEEDED
-    stamp = f"{archive.name} {archive.stat().st_size}"
-    if marker.is_file() and marker.read_text().strip() == stamp:
+    if seeded(marker, archive):
         return Counts()
     counts = Counts()
     try:
@@ -239,16 +266,14 @@ def seed(triton_dir: Path, tilelang_dir: Path, archive: Path) -> Counts:
                 counts.triton += _seed_triton(triton_dir, digest, files)
         for rel, files in sorted(tilelang.items()):
             counts.tilelang += _seed_tilelang(tilelang_dir, rel, files)
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-        import warnings
-
-        warnings.warn(
-            f"zebractl: the shipped compiled kernels {archive} could not be copied into the "
-            f"kernel cache ({exc}); kernels will compile",
-            RuntimeWarning,
-            stacklevel=2,
+    except SEED_ERRORS as exc:
+        warn_unseeded(
+            "the shipped compiled kernels",
+            archive,
+            "could not be copied into the kernel cache",
+            exc,
+            "kernels will compile",
         )
         return counts
-    triton_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(stamp + "\n")
+    mark_seeded(marker, archive)
     return counts

@@ -199,8 +199,7 @@ def seed(triton_dir: Path, archive: Path) -> int:
     file; each file written atomically, so ranks seeding at once are safe). Returns the number
     copied. A damaged archive is reported and skipped: the kernels then autotune."""
     marker = triton_dir / _SEEDED
-    stamp = f"{archive.name} {archive.stat().st_size}"
-    if marker.is_file() and marker.read_text().strip() == stamp:
+    if compiled_kernels.seeded(marker, archive):
         return 0
     copied = 0
     try:
@@ -226,18 +225,16 @@ def seed(triton_dir: Path, archive: Path) -> int:
                     f.write(data.read())
                 os.replace(tmp, dest)
                 copied += 1
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
-        import warnings
-
-        warnings.warn(
-            f"zebractl: the shipped kernel configurations {archive} cannot be read ({exc}); "
+    except compiled_kernels.SEED_ERRORS as exc:
+        compiled_kernels.warn_unseeded(
+            "the shipped kernel configurations",
+            archive,
+            "cannot be read",
+            exc,
             "kernels will autotune",
-            RuntimeWarning,
-            stacklevel=2,
         )
         return copied
-    triton_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(stamp + "\n")
+    compiled_kernels.mark_seeded(marker, archive)
     return copied
 
 
