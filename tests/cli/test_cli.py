@@ -251,6 +251,21 @@ def test_warmup_without_a_gpu_is_a_usage_error(cli):
         assert "no CUDA GPU" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_warmup_refuses_an_archive_path_it_cannot_write_before_compiling(cli, tmp_path):
+    """--export / --export-compiled: a path that cannot be written is exit 2 naming it, before
+    the GPU is even asked for (on any machine)."""
+    afile = tmp_path / "plain"
+    afile.write_text("x")
+    for option, path in (
+        ("--export-compiled", tmp_path),  # a folder
+        ("--export-compiled", afile / "k.tar.xz"),  # under a file
+        ("--export", afile / "sub" / "k.tar.xz"),
+    ):
+        r = cli("warmup", "tiny_kda", option, str(path))
+        assert r.exit_code == 2, r.output
+        assert f"{option} {path}" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_json_commands_keep_native_stdout_off_the_document():
     """--json commands print one document on stdout even when native code or child processes write
     to file descriptor 1 while they work (seen: TileLang's compile log in `warmup --json`)."""

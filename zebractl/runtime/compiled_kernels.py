@@ -20,8 +20,8 @@ one machine is the one another machine with the same stack would build:
   libraries; each entry carries a manifest of its files' sizes and hashes, checked on load (an
   entry that fails it, or fails to load, is removed and compiled again).
 
-:func:`export` packs the compiled entries of a cache into ``<stack>.compiled.tar.xz`` (``zebractl
-warmup RECIPE --export-compiled FILE``); :func:`seed` unpacks such an archive into a cache:
+:func:`export` packs the compiled entries of a cache into an archive (``zebractl warmup RECIPE
+--export-compiled FILE``; shipped as ``sm<NN>_torch-<v>_triton-<v>_fla-<v>.compiled.tar.xz``); :func:`seed` unpacks such an archive into a cache:
 never over an existing entry, each Triton entry's group file written last and each TileLang entry
 moved into place whole, so ranks seeding at once and a crash half-way leave no entry a compiler
 would half-read. Nothing here imports torch, triton or tilelang.
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 SUFFIX = ".compiled.tar.xz"
-"""``<stack>`` + this: the compiled kernels shipped for a stack."""
+"""``Stack.compiled_key`` + this: the compiled kernels shipped for a GPU architecture and
+package set."""
 _SEEDED = ".zebractl-seeded-compiled"
 _BINARY = ".cubin"
 _TRITON = "triton"
@@ -108,15 +109,6 @@ def _tilelang_entries(tilelang_dir: Path) -> list[Path]:
     )
 
 
-def entries(triton_dir: Path, tilelang_dir: Path) -> Counts:
-    """How many compiled kernels the two caches hold."""
-    return Counts(
-        triton=len(_triton_entries(triton_dir)) if triton_dir.is_dir() else 0,
-        modules=len(_triton_modules(triton_dir)) if triton_dir.is_dir() else 0,
-        tilelang=len(_tilelang_entries(tilelang_dir)) if tilelang_dir.is_dir() else 0,
-    )
-
-
 def _add(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
     info = tar.gettarinfo(str(path), arcname=arcname)
     info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -148,7 +140,7 @@ def export(triton_dir: Path, tilelang_dir: Path, dest: Path) -> Counts:
     return counts
 
 
-def _write(dest: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(dest: Path, data: bytes, mode: int = 0o644) -> None:
     """``data`` into ``dest``, atomically (a temporary file beside it, then a rename)."""
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".seed-")
     with os.fdopen(fd, "wb") as f:
@@ -182,7 +174,7 @@ def _seed_module(triton_dir: Path, digest: str, name: str, data: bytes) -> bool:
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _write(dest, data, 0o755)
+    write_atomic(dest, data, 0o755)
     return True
 
 
@@ -196,9 +188,9 @@ def _seed_triton(triton_dir: Path, digest: str, files: dict[str, bytes]) -> bool
         return False  # compiled here already (or seeded by another rank)
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
-        _write(folder / name, data)
+        write_atomic(folder / name, data)
     paths = {name: str(folder / name) for name in sorted(files)}
-    _write(group, json.dumps({"child_paths": paths}).encode())  # last: the entry is now whole
+    write_atomic(group, json.dumps({"child_paths": paths}).encode())  # last: the entry is now whole
     return True
 
 

@@ -34,7 +34,6 @@ import importlib.metadata as md
 import os
 import re
 import tarfile
-import tempfile
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,10 +219,7 @@ def seed(triton_dir: Path, archive: Path) -> int:
                 if data is None:
                     continue
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".seed-")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data.read())
-                os.replace(tmp, dest)
+                compiled_kernels.write_atomic(dest, data.read())
                 copied += 1
     except compiled_kernels.SEED_ERRORS as exc:
         compiled_kernels.warn_unseeded(

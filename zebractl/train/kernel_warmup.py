@@ -54,6 +54,23 @@ def check_supported(device_is_cuda: bool) -> None:
         )
 
 
+def check_export_paths(paths: dict[str, Path | None]) -> None:
+    """Refuse (exit 2) an archive path that cannot be written, before minutes of compiling: an
+    existing folder, or a folder under something that is not one or cannot be written."""
+    import os
+
+    for option, path in paths.items():
+        if path is None:
+            continue
+        if path.is_dir():
+            raise ConfigError(f"{option} {path}: a folder; give the archive's file name")
+        parent = next((p for p in path.absolute().parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise ConfigError(f"{option} {path}: {parent} is a file, not a folder")
+        if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"{option} {path}: {parent} cannot be written")
+
+
 def warm_kernels(
     cfg: RunConfig,
     micro_batches: list[int] | None = None,
@@ -62,6 +79,7 @@ def warm_kernels(
     export_compiled: Path | None = None,
 ) -> WarmupResult:
     """Fill the kernel cache for ``cfg`` (see the module docstring)."""
+    check_export_paths({"--export": export, "--export-compiled": export_compiled})
     import torch
 
     check_supported(torch.cuda.is_available())
