@@ -143,7 +143,7 @@ def miniature(name: str, data, out, chat=None) -> list[str]:
             # two iterations, said the way the recipe says its run length (steps or a token budget)
             "schedule.iterations=2" if shipped.schedule.iterations else "schedule.train_tokens=512",
             "schedule.warmup_iterations=1",
-            "checkpoint.interval=1",
+            "checkpoint.interval=2",  # one save, after the last iteration: every save key is read by it
             "logging.interval=1",
             # one held-out pass, after iteration 2: every validation key is read by it
             "validation={interval: 2, iterations: 1}",
