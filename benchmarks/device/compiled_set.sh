@@ -10,8 +10,8 @@
 # in COMPILED_RECIPES (default "gdn_300M kda_300M") with kernels.shipped_compiled=false (nothing
 # stale from an older set), then `--export-compiled`. Each GPU's winners are other kernel
 # configurations, so the parts differ; they are merged (one entry per name) into
-# OUT/<stem>.compiled.tar.xz, which is also copied into this tree's kernel_configs/ (a cold start
-# measured after this step seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with
+# OUT/compiled_set.tar.xz (OUT/compiled_set.txt names it: <stem>.compiled.tar.xz), which is also
+# copied into this tree's kernel_configs/ under its name (a cold start measured after this step seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with
 # the packages, this tree).
 set -uo pipefail
 DATA=$1 OUT=$2
@@ -67,3 +67,8 @@ print(f"{dest}: {len(seen)} files from {len(parts)} parts")
 EOF
 ls -l "$OUT"/*.compiled.tar.xz
 cp "$OUT/$STEM.compiled.tar.xz" "$SHIPPED/"
+# the device's transfer refuses names with a '+' (the stem's torch version has one): the set also
+# comes back as compiled_set.tar.xz, its shipped name and checksum in compiled_set.txt; commit it as
+# zebractl/runtime/kernel_configs/$(cat compiled_set.txt | head -1)
+mv "$OUT/$STEM.compiled.tar.xz" "$OUT/compiled_set.tar.xz"
+{ echo "$STEM.compiled.tar.xz"; sha256sum "$OUT/compiled_set.tar.xz"; } > "$OUT/compiled_set.txt"
