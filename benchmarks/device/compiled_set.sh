@@ -11,8 +11,9 @@
 # stale from an older set), then `--export-compiled`. Each GPU's winners are other kernel
 # configurations, so the parts differ; they are merged (one entry per name) into
 # OUT/compiled_set.tar.xz (OUT/compiled_set.txt names it: <stem>.compiled.tar.xz), which is also
-# copied into this tree's kernel_configs/ under its name (a cold start measured after this step seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with
-# the packages, this tree).
+# copied into this tree's kernel_configs/ under its name (a cold start measured after this step
+# seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with the packages, this tree);
+# COMPILED_BUILD_DIR (default /tmp) holds the caches it fills.
 set -uo pipefail
 DATA=$1 OUT=$2
 PY=${PY:-python3}
@@ -28,7 +29,7 @@ echo "compiled set $STEM from: $COMPILED_TUNED; recipes ${COMPILED_RECIPES:-gdn_
 parts=()
 for spec in $COMPILED_TUNED; do
   gpu=${spec%%:*} micro=${spec##*:}
-  cache=/tmp/zbuild_$gpu
+  cache=${COMPILED_BUILD_DIR:-/tmp}/zbuild_$gpu
   rm -rf "$cache" && mkdir -p "$cache/triton" "$cache/tilelang"
   tuned="$SHIPPED/${gpu}_$STACK_TAIL.tar.xz"
   if [ -f "$tuned" ]; then
