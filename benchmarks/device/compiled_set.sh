@@ -68,8 +68,8 @@ print(f"{dest}: {len(seen)} files from {len(parts)} parts")
 EOF
 ls -l "$OUT"/*.compiled.tar.xz
 cp "$OUT/$STEM.compiled.tar.xz" "$SHIPPED/"
-# the device's transfer refuses names with a '+' (the stem's torch version has one): the set also
-# comes back as compiled_set.tar.xz, its shipped name and checksum in compiled_set.txt; commit it as
-# zebractl/runtime/kernel_configs/$(cat compiled_set.txt | head -1)
+# the GPU machines' transfer back refuses file names with a '+' (the stem's torch version has one):
+# the set leaves as compiled_set.tar.xz, its shipped name and checksum in compiled_set.txt; commit it
+# as zebractl/runtime/kernel_configs/$(head -1 compiled_set.txt)
 mv "$OUT/$STEM.compiled.tar.xz" "$OUT/compiled_set.tar.xz"
 { echo "$STEM.compiled.tar.xz"; sha256sum "$OUT/compiled_set.tar.xz"; } > "$OUT/compiled_set.txt"
