@@ -1,5 +1,5 @@
-"""benchmarks/device/compiled_set.sh: one part per GPU's tuned set, the parts merged (the first part's
-entry of a name wins), the set written under a name the device's transfer accepts (no '+') beside
+"""benchmarks/device/compiled_set.sh: one part per GPU's tuned set, the parts merged (of a name
+in several, the part built first gives its entry), the set written under a name without a '+' beside
 a file naming it, and copied into the tree's kernel_configs/ under its shipped name. Stand-ins for
 nvidia-smi and for `python -m zebractl warmup` (no GPU, no compiling: the script's logic only)."""
 
@@ -106,7 +106,7 @@ def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path,
     assert checksum.split()[0] == hashlib.sha256(data).hexdigest()
     assert (shipped / name).read_bytes() == data
 
-    # one part per GPU's tuned set, each warmup seeded with that GPU's set; the first part wins a
+    # one part per GPU's tuned set, each warmup seeded with that GPU's set; the part built first wins a
     # shared name
     caches = [f"zbuild_{p.split(':')[0]}" for p in parts]
     with tarfile.open(out / "compiled_set.tar.xz") as tar:
