@@ -21,10 +21,11 @@ one machine is the one another machine with the same stack would build:
   entry that fails it, or fails to load, is removed and compiled again).
 
 :func:`export` packs the compiled entries of a cache into an archive (``zebractl warmup RECIPE
---export-compiled FILE``; shipped as ``sm<NN>_torch-<v>_triton-<v>_fla-<v>.compiled.tar.xz``); :func:`seed` unpacks such an archive into a cache:
-never over an existing entry, each Triton entry's group file written last and each TileLang entry
-moved into place whole, so ranks seeding at once and a crash half-way leave no entry a compiler
-would half-read. Nothing here imports torch, triton or tilelang.
+--export-compiled FILE``; shipped as ``sm<NN>_torch-<v>_triton-<v>_fla-<v>.compiled.tar.xz``);
+:func:`seed` unpacks such an archive into a cache: never over an existing entry, each Triton
+entry's group file written last and each TileLang entry moved into place whole, so ranks seeding
+at once and a crash half-way leave no entry a compiler would half-read. Nothing here imports
+torch, triton or tilelang.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ of validation. The optimizer runs no Triton kernels and is not built. Results la
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,8 +58,6 @@ def check_supported(device_is_cuda: bool) -> None:
 def check_export_paths(paths: dict[str, Path | None]) -> None:
     """Refuse (exit 2) an archive path that cannot be written, before minutes of compiling: an
     existing folder, or a folder under something that is not one or cannot be written."""
-    import os
-
     for option, path in paths.items():
         if path is None:
             continue
