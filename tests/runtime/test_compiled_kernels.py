@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -113,6 +114,38 @@ def test_a_seeded_cache_is_a_hit_for_tritons_own_cache_manager(tmp_path, monkeyp
         p.name for p in (tmp_path / "at" / ENTRY).iterdir()
     )
     assert not list(tilelang.rglob(".seed-*")), "no staging folder left behind"
+
+
+SHIPPED_NAME = re.compile(r"^sm\d+_torch-[^_/]+_triton-[^_/]+_fla-[^_/]+\.compiled\.tar\.xz$")
+
+
+@pytest.mark.parametrize(
+    "archive",
+    sorted(kc.SHIPPED.glob(f"*{ck.SUFFIX}")),
+    ids=lambda p: p.name,
+)
+def test_a_shipped_compiled_set_is_documented_whole_and_seeds_every_entry(tmp_path, archive):
+    """Each shipped compiled set: named by an architecture's stack, a row in the README, only plain
+    files at safe paths under triton/<hash>/ or tilelang/, every entry copied by one seeding."""
+    assert SHIPPED_NAME.match(archive.name), archive.name
+    readme = (kc.SHIPPED / "README.md").read_text()
+    assert f"`{archive.name}`" in readme, f"{archive.name} has no row in the README"
+    entries: set[tuple[str, ...]] = set()
+    with tarfile.open(archive, "r:xz") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            assert member.isfile() and not PurePosixPath(member.name).is_absolute(), member.name
+            assert ".." not in parts and parts[0] in ("triton", "tilelang"), member.name
+            if parts[0] == "triton":
+                assert len(parts) == 3 and len(parts[1]) >= 32, member.name
+                entries.add(parts[:2])
+            else:
+                entries.add(parts[:-1])
+    triton = sum(1 for e in entries if e[0] == "triton")
+    assert triton and len(entries) > triton, "Triton kernels and TileLang kernels both ship"
+    counts = ck.seed(tmp_path / "t", tmp_path / "tl", archive)
+    assert counts.total == len(entries), (counts, len(entries))
+    assert counts.triton and counts.modules and counts.tilelang, counts
 
 
 def test_seeding_never_overwrites_and_reads_the_archive_once(tmp_path):
