@@ -7,9 +7,12 @@
 # For each GPU:micro in COMPILED_TUNED (default: this GPU's own shipped tuned set at the micro-batch
 # levers.sh uses; on a GPU with more than 100 GB also the H100's at 32): an empty kernel cache,
 # seeded with that GPU's shipped tuned configurations, filled by `zebractl warmup` of each recipe
-# in COMPILED_RECIPES (default "gdn_300M kda_300M") with kernels.shipped_compiled=false (nothing
+# in COMPILED_RECIPES (default "gdn_300M kda_300M"; RECIPE:MICRO warms that recipe at its own
+# micro-batch, e.g. zebra_mamba_300M_hybrid:16) with kernels.shipped_compiled=false (nothing
 # stale from an older set), then `--export-compiled`. Each GPU's winners are other kernel
-# configurations, so the parts differ; they are merged (one entry per name) into
+# configurations, so the parts differ; they are merged (one entry per name; with COMPILED_MERGE=1
+# the set already in the tree's kernel_configs/ comes first, so its entries stay as they are and
+# a build for one GPU adds to what the others built) into
 # OUT/compiled_set.tar.xz (OUT/compiled_set.txt names it: <stem>.compiled.tar.xz), which is also
 # copied into this tree's kernel_configs/ under its name (a cold start measured after this step
 # seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with the packages, this tree);
@@ -39,19 +42,26 @@ for spec in $COMPILED_TUNED; do
   fi
   recipes=(${COMPILED_RECIPES:-gdn_300M kda_300M})
   last=${recipes[${#recipes[@]}-1]}
-  for r in "${recipes[@]}"; do
+  for spec_r in "${recipes[@]}"; do
+    r=${spec_r%%:*} m=$micro
+    [ "$r" != "$spec_r" ] && m=${spec_r##*:}
     extra=()
-    [ "$r" = "$last" ] && extra=(--export-compiled "$OUT/part_$gpu.compiled.tar.xz")
+    [ "$spec_r" = "$last" ] && extra=(--export-compiled "$OUT/part_$gpu.compiled.tar.xz")
     t0=$(date +%s)
     TRITON_CACHE_DIR=$cache/triton TILELANG_CACHE_DIR=$cache/tilelang TRITON_CACHE_AUTOTUNING=1 \
-      "$PY" -m zebractl warmup "$r" --micro "$micro" \
+      "$PY" -m zebractl warmup "$r" --micro "$m" \
       --set "data.paths=[{path: $DATA}]" --set data.tokenizer=null \
-      --set kernels.shipped_compiled=false "${extra[@]}" || echo "warmup $r at micro $micro failed"
-    echo "warmup $r micro $micro with $gpu's tuned set: $(( $(date +%s) - t0 )) s"
+      --set kernels.shipped_compiled=false "${extra[@]}" || echo "warmup $r at micro $m failed"
+    echo "warmup $r micro $m with $gpu's tuned set: $(( $(date +%s) - t0 )) s"
   done
   [ -f "$OUT/part_$gpu.compiled.tar.xz" ] && parts+=("$OUT/part_$gpu.compiled.tar.xz")
 done
 [ ${#parts[@]} -gt 0 ] || { echo "no part was built"; exit 1; }
+if [ "${COMPILED_MERGE:-0}" = 1 ] && [ -f "$SHIPPED/$STEM.compiled.tar.xz" ]; then
+  cp "$SHIPPED/$STEM.compiled.tar.xz" "$OUT/part_shipped.compiled.tar.xz"
+  parts=("$OUT/part_shipped.compiled.tar.xz" "${parts[@]}")
+  echo "merging with the shipped set $SHIPPED/$STEM.compiled.tar.xz first"
+fi
 "$PY" - "$OUT/$STEM.compiled.tar.xz" "${parts[@]}" <<'EOF'
 import sys, tarfile
 dest, parts = sys.argv[1], sys.argv[2:]

@@ -26,7 +26,8 @@
 #   compiled  benchmarks/device/compiled_set.sh: the compiled kernels of gdn_300M and kda_300M
 #            (this GPU's tuned set; on an H200 the H100's too) into $OUT and this tree's
 #            kernel_configs/, so that the cold start after it seeds them;
-#   coldstart  benchmarks/coldstart.py, kda_300M at micro M: the defaults (shipped: the compiled
+#   coldstart  benchmarks/coldstart.py, kda_300M at micro M (LEVERS_COLDSTART_RECIPE and
+#            LEVERS_COLDSTART_MICRO name others): the defaults (shipped: the compiled
 #            kernels seeded) against kernels.shipped_compiled=false (old), alternated twice after
 #            a throwaway run, each a fresh process with a fresh kernel cache
 #            (LEVERS_COLDSTART_VARIANTS="NAME=SET[,SET] ..." and LEVERS_COLDSTART_ORDER=NAME,NAME,...
@@ -119,7 +120,7 @@ startup_rounds() {
 export -f startup_rounds; export PY OUT LEVERS_STARTUP_REPEAT LEVERS_STARTUP_MODES
 run 240 startup bash -c startup_rounds
 run 300 compiled bash benchmarks/device/compiled_set.sh "$D/gpu_data" "$OUT"
-run 540 coldstart "$PY" benchmarks/coldstart.py --recipe kda_300M --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "$M" \
+run 540 coldstart "$PY" benchmarks/coldstart.py --recipe "${LEVERS_COLDSTART_RECIPE:-kda_300M}" --data "$D/gpu_data" $([ "${LEVERS_COLDSTART_PRIME:-1}" = 1 ] && echo --prime) --micro "${LEVERS_COLDSTART_MICRO:-$M}" \
   $(for v in ${LEVERS_COLDSTART_VARIANTS:-old=kernels.shipped_compiled=false shipped=}; do printf -- '--variant %s ' "$v"; done) \
   --order "${LEVERS_COLDSTART_ORDER:-old,shipped,old,shipped}" \
   ${LEVERS_COLDSTART_WARMED:+--warmed "$LEVERS_COLDSTART_WARMED"} --timeout 150 --json-out "$OUT/coldstart.json"

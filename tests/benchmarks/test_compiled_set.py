@@ -1,11 +1,13 @@
 """benchmarks/device/compiled_set.sh: one part per GPU's tuned set, the parts merged (of a name
-in several, the part built first gives its entry), the set written under a name without a '+' beside
-a file naming it, and copied into the tree's kernel_configs/ under its shipped name. Stand-ins for
-nvidia-smi and for `python -m zebractl warmup` (no GPU, no compiling: the script's logic only)."""
+in several, the part built first gives its entry; with COMPILED_MERGE=1 the shipped set first), the
+set written under a name without a '+' beside a file naming it, and copied into the tree's
+kernel_configs/ under its shipped name. Stand-ins for nvidia-smi and for `python -m zebractl warmup`
+(no GPU, no compiling: the script's logic only)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -61,14 +63,8 @@ def _exe(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("gpu", "mem", "parts"),
-    [
-        ("nvidia-h100-80gb-hbm3", "81559", ["nvidia-h100-80gb-hbm3:32"]),
-        ("nvidia-h200", "143771", ["nvidia-h200:64", "nvidia-h100-80gb-hbm3:32"]),
-    ],
-)
-def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path, gpu, mem, parts):
+def _setup(tmp_path: Path, gpu: str, mem: str) -> tuple[Path, Path, Path, Path, dict[str, str]]:
+    """A tree with both GPUs' tuned sets, the stand-ins on PATH; (tree, shipped, out, seen, env)."""
     tree = tmp_path / "tree"
     shipped = tree / "zebractl/runtime/kernel_configs"
     shipped.mkdir(parents=True)
@@ -89,8 +85,63 @@ def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path,
         "FAKE_SEEN": str(seen),
         "COMPILED_BUILD_DIR": str(tmp_path / "build"),
     }
-    env.pop("COMPILED_TUNED", None)
-    env.pop("COMPILED_RECIPES", None)
+    for key in ("COMPILED_TUNED", "COMPILED_RECIPES", "COMPILED_MERGE"):
+        env.pop(key, None)
+    return tree, shipped, out, seen, env
+
+
+def _members(archive: Path) -> dict[str, str]:
+    with tarfile.open(archive) as tar:
+        return {m.name: tar.extractfile(m).read().decode() for m in tar}
+
+
+def _tar(path: Path, files: dict[str, str]) -> None:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_a_merged_build_keeps_the_shipped_entries_and_warms_a_recipe_at_its_own_micro(tmp_path):
+    """COMPILED_MERGE=1: the tree's set first (its entries unchanged, the new part's added);
+    COMPILED_RECIPES' RECIPE:MICRO warms that recipe at that micro-batch."""
+    tree, shipped, out, seen, env = _setup(tmp_path, "nvidia-h200", "143771")
+    _tar(shipped / f"{STEM}.compiled.tar.xz", {"triton/shared/k.json": "from the shipped set"})
+    env |= {
+        "COMPILED_MERGE": "1",
+        "COMPILED_TUNED": "nvidia-h200:64",
+        "COMPILED_RECIPES": "kda_300M zebra_mamba_300M_hybrid:16",
+    }
+    r = subprocess.run(
+        ["bash", str(SCRIPT), "/data", str(out)],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    members = _members(out / "compiled_set.tar.xz")
+    assert members == {
+        "triton/shared/k.json": "from the shipped set",
+        "triton/zbuild_nvidia-h200/own.cubin": "zbuild_nvidia-h200",
+    }
+    assert (shipped / f"{STEM}.compiled.tar.xz").read_bytes() == (
+        out / "compiled_set.tar.xz"
+    ).read_bytes()
+    log = seen.read_text()
+    assert "warmup kda_300M --micro 64" in log
+    assert "warmup zebra_mamba_300M_hybrid --micro 16" in log
+    assert log.count("--export-compiled") == 1
+
+
+@pytest.mark.parametrize(
+    ("gpu", "mem", "parts"),
+    [
+        ("nvidia-h100-80gb-hbm3", "81559", ["nvidia-h100-80gb-hbm3:32"]),
+        ("nvidia-h200", "143771", ["nvidia-h200:64", "nvidia-h100-80gb-hbm3:32"]),
+    ],
+)
+def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path, gpu, mem, parts):
+    tree, shipped, out, seen, env = _setup(tmp_path, gpu, mem)
     r = subprocess.run(
         ["bash", str(SCRIPT), "/data", str(out)],
         cwd=tree, env=env, capture_output=True, text=True, timeout=120,
@@ -109,8 +160,7 @@ def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path,
     # one part per GPU's tuned set, each warmup seeded with that GPU's set; the part built first wins a
     # shared name
     caches = [f"zbuild_{p.split(':')[0]}" for p in parts]
-    with tarfile.open(out / "compiled_set.tar.xz") as tar:
-        members = {m.name: tar.extractfile(m).read().decode() for m in tar}
+    members = _members(out / "compiled_set.tar.xz")
     assert members["triton/shared/k.json"].endswith(caches[0])
     assert {n for n in members if n.endswith("own.cubin")} == {
         f"triton/{c}/own.cubin" for c in caches
