@@ -16,7 +16,9 @@
 # OUT/compiled_set.tar.xz (OUT/compiled_set.txt names it: <stem>.compiled.tar.xz), which is also
 # copied into this tree's kernel_configs/ under its name (a cold start measured after this step
 # seeds it). Needs PY (python), levers.sh's environment (PYTHONPATH with the packages, this tree);
-# COMPILED_BUILD_DIR (default /tmp) holds the caches it fills.
+# COMPILED_BUILD_DIR (default /tmp) holds the caches it fills. COMPILED_EXPORT_TUNED=1 also writes
+# each cache's tuned configurations to OUT/tuned_<gpu>.tar.xz (for recipes whose shapes the shipped
+# tuned set lacks: the warmup autotunes them, alone on the GPU).
 set -uo pipefail
 DATA=$1 OUT=$2
 PY=${PY:-python3}
@@ -47,6 +49,9 @@ for spec in $COMPILED_TUNED; do
     [ "$r" != "$spec_r" ] && m=${spec_r##*:}
     extra=()
     [ "$spec_r" = "$last" ] && extra=(--export-compiled "$OUT/part_$gpu.compiled.tar.xz")
+    # COMPILED_EXPORT_TUNED=1: the cache's tuned configurations too (the shipped set it was seeded
+    # with and whatever the warmups autotuned): OUT/tuned_<gpu>.tar.xz, a superset of the shipped set
+    [ "$spec_r" = "$last" ] && [ "${COMPILED_EXPORT_TUNED:-0}" = 1 ] && extra+=(--export "$OUT/tuned_$gpu.tar.xz")
     t0=$(date +%s)
     TRITON_CACHE_DIR=$cache/triton TILELANG_CACHE_DIR=$cache/tilelang TRITON_CACHE_AUTOTUNING=1 \
       "$PY" -m zebractl warmup "$r" --micro "$m" \

@@ -85,7 +85,7 @@ def _setup(tmp_path: Path, gpu: str, mem: str) -> tuple[Path, Path, Path, Path, 
         "FAKE_SEEN": str(seen),
         "COMPILED_BUILD_DIR": str(tmp_path / "build"),
     }
-    for key in ("COMPILED_TUNED", "COMPILED_RECIPES", "COMPILED_MERGE"):
+    for key in ("COMPILED_TUNED", "COMPILED_RECIPES", "COMPILED_MERGE", "COMPILED_EXPORT_TUNED"):
         env.pop(key, None)
     return tree, shipped, out, seen, env
 
@@ -106,13 +106,15 @@ def _tar(path: Path, files: dict[str, str]) -> None:
 
 def test_a_merged_build_keeps_the_shipped_entries_and_warms_a_recipe_at_its_own_micro(tmp_path):
     """COMPILED_MERGE=1: the tree's set first (its entries unchanged, the new part's added);
-    COMPILED_RECIPES' RECIPE:MICRO warms that recipe at that micro-batch."""
+    COMPILED_RECIPES' RECIPE:MICRO warms that recipe at that micro-batch; COMPILED_EXPORT_TUNED=1:
+    the last warmup also exports the cache's tuned configurations."""
     tree, shipped, out, seen, env = _setup(tmp_path, "nvidia-h200", "143771")
     _tar(shipped / f"{STEM}.compiled.tar.xz", {"triton/shared/k.json": "from the shipped set"})
     env |= {
         "COMPILED_MERGE": "1",
         "COMPILED_TUNED": "nvidia-h200:64",
         "COMPILED_RECIPES": "kda_300M zebra_mamba_300M_hybrid:16",
+        "COMPILED_EXPORT_TUNED": "1",
     }
     r = subprocess.run(
         ["bash", str(SCRIPT), "/data", str(out)],
@@ -131,6 +133,8 @@ def test_a_merged_build_keeps_the_shipped_entries_and_warms_a_recipe_at_its_own_
     assert "warmup kda_300M --micro 64" in log
     assert "warmup zebra_mamba_300M_hybrid --micro 16" in log
     assert log.count("--export-compiled") == 1
+    assert log.count(f"--export {out}/tuned_nvidia-h200.tar.xz") == 1, log
+    assert "zebra_mamba_300M_hybrid --micro 16" in log.splitlines()[-1], "the last warmup exports"
 
 
 @pytest.mark.parametrize(
@@ -173,4 +177,5 @@ def test_the_set_comes_back_under_a_plain_name_and_ships_under_its_own(tmp_path,
             f"warmup kda_300M --micro {micro}" in log and f"warmup gdn_300M --micro {micro}" in log
         )
     assert log.count("--export-compiled") == len(parts)
+    assert "--export " not in log, "tuned configurations only when asked"
     assert log.count("kernels.shipped_compiled=false") == 2 * len(parts)
