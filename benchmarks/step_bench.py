@@ -26,7 +26,10 @@ after --warmup steps. Three implementations, each built fresh from the same init
   ``2``: the LM-head loss in that many chunks (the 300M recipes: 8 since 2026-12-01, 32
   before); ``ours_fp8_chunks4``,
   ``ours_fp8_rowwise_chunks4``: FP8 with 4 chunks. ``ours_unfused_add``: the residual add outside the
-  next norm, as before the fused add+RMSNorm (measures that change alone).
+  next norm, as before the fused add+RMSNorm (measures that change alone). ``ours_qkv_split``:
+  KDA's/GDN's q, k, v convolved one tensor at a time into contiguous outputs
+  (``kernels.qkv_conv=per_tensor``); ``ours_norm_fwd``: zebractl's RMSNorm forward
+  (``kernels.rmsnorm_forward=tiled``); ``ours_split_norm``: both.
 - ``fla_shipped``: FLA 0.6.0's own model class (KDAForCausalLM / GatedDeltaNetForCausalLM) trained
   the way FLA trains (fp32 params, bf16 autocast, ``torch.optim.AdamW(fused=True)``, clip 1.0),
   every FLA fusion on, its loss as shipped (fused linear cross-entropy, fp32 weight-gradient
@@ -142,6 +145,9 @@ OURS_SETS = {
         "kernels.compile=glue",
     ],
     "ours_ce_one_pass": ["kernels.cross_entropy=one_pass"],
+    "ours_qkv_split": ["kernels.qkv_conv=per_tensor"],
+    "ours_norm_fwd": ["kernels.rmsnorm_forward=tiled"],
+    "ours_split_norm": ["kernels.qkv_conv=per_tensor", "kernels.rmsnorm_forward=tiled"],
     "ours_chunks32": ["kernels.fused_ce_chunks=32"],
     "ours_chunks8": ["kernels.fused_ce_chunks=8"],
     "ours_chunks4": ["kernels.fused_ce_chunks=4"],

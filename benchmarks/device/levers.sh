@@ -10,7 +10,8 @@
 #            against the one-pass kernel's configurations (kernels.cross_entropy);
 #   bench_kda  benchmarks/step_bench.py, kda_300M: ours (defaults), the one-pass cross-entropy
 #            (ours_ce_one_pass), the CUDA graph (ours_graph), ours again (the spread); LEVERS_BENCH_RUNS
-#            names other step_bench variants (e.g. "ours ours_ce_one_pass");
+#            names other step_bench variants (e.g. "ours ours_ce_one_pass"), LEVERS_BENCH_PRESETS
+#            other presets (e.g. "kda_300M gdn_300M"), LEVERS_BENCH_LIMIT its seconds (170);
 #   bench_hybrid  one process, micro 16: zebra_mamba_300M_hybrid, kda_300M and zebra_gdn_300M_hybrid,
 #            each with the defaults and with both Mamba2 levers (ours_mamba_fast; refused on the
 #            models without Mamba2, which is recorded);
@@ -88,7 +89,7 @@ else
 CURVE_ITERS=${LEVERS_CURVE_ITERS:-200}
 DATA=$D/gpu_data
 run 60 ce "$PY" benchmarks/ce_kernel_bench.py --json-out "$OUT/ce_kernel.json"
-run 170 bench_kda "$PY" benchmarks/step_bench.py --preset kda_300M --repeat-ours \
+run "${LEVERS_BENCH_LIMIT:-170}" bench_kda "$PY" benchmarks/step_bench.py --preset ${LEVERS_BENCH_PRESETS:-kda_300M} --repeat-ours \
   --runs $(for v in ${LEVERS_BENCH_RUNS:-ours ours_ce_one_pass ours_graph}; do printf '%s:%s ' "$v" "$M"; done) \
   --json-out "$OUT/bench_kda.json"
 run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hybrid kda_300M \

@@ -274,7 +274,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
     import inspect
 
     from zebractl.model import layers, ops
-    from zebractl.model.mixers import mamba2
+    from zebractl.model.mixers import common, mamba2
 
     assert [f.name for f in dataclasses.fields(KernelOptions)] == ["backend", "kernels"]
     from zebractl.runtime import kernel_cache
@@ -289,6 +289,7 @@ def test_every_kernel_toggle_is_declared_once_and_read_by_the_ops():
         "precompile_processes": (compile_procs, "k.precompile_processes"),
         "cuda_graph": (cuda_graph, "cfg.kernels.cuda_graph"),
         "compile": (mamba2, "opts.kernels.compile"),  # the glue around the ops
+        "qkv_conv": (common, "mixer.opts.kernels.qkv_conv"),  # which convs the ops are given
         "lazy_framework_compile": (trainer, "cfg.kernels.lazy_framework_compile"),  # imports
         "lean_fla_import": (trainer, "lean = cfg.kernels.lean_fla_import"),  # imports
         "shipped_compiled": (kernel_cache, "compiled=kernels.shipped_compiled"),  # the cache

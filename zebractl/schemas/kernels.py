@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from zebractl.schemas.base import StrictModel
 
@@ -23,6 +23,12 @@ class KernelsConfig(StrictModel):
     an H100, three times its forward); tiled = zebractl's (a tile of rows per program, FLA's
     arithmetic with one rounding per output, GPU-tested against fp64). tiled with swiglu_kernel
     packed: 1.06x the step of FLA's two kernels on an H100 (benchmarks/README.md, 2026-12-06)."""
+    rmsnorm_forward: Literal["fla", "tiled"] = "fla"
+    """Forward kernel of the fused RMSNorm with ``rmsnorm_backward: tiled``: fla = FLA 0.6.0's
+    (one program per row for rows wider than 512: 6.5 ms of kda_300M's step at micro-batch 32 on an
+    H100, where its memory traffic takes 4.0 ms); tiled = zebractl's (a tile of rows per program,
+    FLA's arithmetic, one rounding per output). ``rmsnorm_backward: fla`` runs FLA's function
+    whole: tiled is refused with it."""
     fused_gated_norm: bool = True
     """FLA FusedRMSNormGated for the KDA/GDN gated output norm."""
     fused_swiglu: bool = True
@@ -35,6 +41,13 @@ class KernelsConfig(StrictModel):
     piece)."""
     fused_short_conv: bool = True
     """FLA Triton causal_conv1d for the short convolutions."""
+    qkv_conv: Literal["fused", "per_tensor"] = "fused"
+    """KDA's and GDN's short convolution over the q | k | v columns of in_proj: fused = one kernel
+    over the three, its output split into q, k and v views whose rows are three blocks wide (FLA's
+    recurrent kernels copy each to a contiguous tensor, and autograd concatenates their gradients
+    for the convolution's backward); per_tensor = one kernel per tensor, each reading its columns
+    in place and writing a contiguous output (no copies, no concatenation; three launches each
+    way). Each channel's convolution is the same either way. Other mixers: no effect."""
     fused_linear_cross_entropy: bool = True
     """Chunked LM head + loss that never materialises the [tokens x vocab] logits: bf16
     tensor-core products with the weight gradient accumulated in fp32 (zebractl's; FLA's Triton
@@ -159,3 +172,12 @@ class KernelsConfig(StrictModel):
     took 21 s to compile on that machine) and the first step then compiled what they had left out
     (cold start 44.4 s against 41.6 s). Falls back to 0 where the installed Triton lacks what it relies on (Triton
     3.6's internals)."""
+
+    @model_validator(mode="after")
+    def _forward_with_its_backward(self) -> KernelsConfig:
+        if self.rmsnorm_forward == "tiled" and self.rmsnorm_backward != "tiled":
+            raise ValueError(
+                "rmsnorm_forward: tiled needs rmsnorm_backward: tiled (with fla, FLA's RMSNorm "
+                "runs whole)"
+            )
+        return self

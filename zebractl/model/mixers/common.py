@@ -119,10 +119,35 @@ def fused_qkv(
     """Short conv + SiLU over in_proj's adjacent q|k|v columns (or SiLU alone), split into heads.
 
     ``qkv`` is a strided view of the projection: the conv reads it in place (no concatenated copy).
+    ``kernels.qkv_conv``: one conv over the three whose output is split (fused), or one per tensor
+    over its columns and its slice of the weight, each output contiguous (per_tensor).
     """
     d = mixer.d
+    widths = [d.key_dim, d.key_dim, d.value_dim]
+    if mixer.opts.kernels.qkv_conv == "per_tensor":
+        return heads(d, *_conv_per_tensor(qkv, widths, mixer.conv1d, mixer.opts, cu_seqlens))
     x = conv(qkv, mixer.conv1d, mixer.opts, cu_seqlens)
-    return heads(d, *x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1))
+    return heads(d, *x.split(widths, dim=-1))
+
+
+def _conv_per_tensor(
+    qkv: Tensor,
+    widths: list[int],
+    conv1d: nn.Conv1d | None,
+    opts: KernelOptions,
+    cu_seqlens: Tensor | None,
+) -> list[Tensor]:
+    """Conv + SiLU of each column block of ``qkv`` with its rows of the depthwise weight (views:
+    their gradients land in the one parameter)."""
+    out, start = [], 0
+    for x, n in zip(qkv.split(widths, dim=-1), widths, strict=True):
+        if conv1d is None:
+            out.append(F.silu(x))
+        else:
+            bias = conv1d.bias[start : start + n] if conv1d.bias is not None else None
+            out.append(ops.short_conv(opts, x, conv1d.weight[start : start + n], bias, cu_seqlens))
+        start += n
+    return out
 
 
 def gated_output(norm: nn.Module, proj: nn.Module, o: Tensor, gate: Tensor | None) -> Tensor:

@@ -360,11 +360,13 @@ def _fused_rms_norm(
     residual: Tensor | None = None,
     prenorm: bool = False,
 ):
-    """FLA's fused RMSNorm, or its forward with zebractl's tiled backward (kernels.rmsnorm_backward)."""
+    """FLA's fused RMSNorm, or zebractl's tiled backward after FLA's forward or zebractl's
+    (kernels.rmsnorm_backward, kernels.rmsnorm_forward)."""
     if opts.kernels.rmsnorm_backward == "tiled":
         from zebractl.model.ops.rmsnorm import rms_norm as tiled
 
-        return tiled(x, weight, eps, residual=residual, prenorm=prenorm)
+        fwd = opts.kernels.rmsnorm_forward
+        return tiled(x, weight, eps, residual=residual, prenorm=prenorm, forward=fwd)
     from fla.modules.norm.layernorm import rms_norm as fla_rms_norm
 
     return fla_rms_norm(x, weight, None, residual=residual, eps=eps, prenorm=prenorm)
