@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from zebractl.config.resolve import resolve_preset  # noqa: E402
-from zebractl.model.mixers.common import fused_qkv  # noqa: E402
+from zebractl.model.mixers.common import fused_qkv, split_in_proj  # noqa: E402
 from zebractl.model.model import build_model  # noqa: E402
 from zebractl.model.segments import Segments  # noqa: E402
 from zebractl.schemas.recipe import KernelsConfig  # noqa: E402
@@ -48,10 +48,24 @@ def test_per_tensor_conv_trains_the_same_model(name, packed):
         torch.testing.assert_close(split[n], g, rtol=1e-6, atol=1e-9, msg=n)
 
 
+def _splits(t) -> int:
+    """Split nodes on the way from ``t`` back to the leaves (each one concatenates gradients)."""
+    seen, stack, n = set(), [t.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        n += "Split" in type(node).__name__
+        stack.extend(f for f, _ in node.next_functions)
+    return n
+
+
 def test_per_tensor_outputs_are_contiguous_and_equal_to_the_fused_split(monkeypatch):
     """What the recurrent kernel receives: per_tensor hands it contiguous q, k, v (nothing for its
-    input guard to copy); fused hands it views of one wider output. The convolution is the torch
-    one with FLA's contract (a contiguous output)."""
+    input guard to copy) split from in_proj's output in one split; fused hands it views of one
+    wider output, split twice. The convolution is the torch one with FLA's contract (a
+    contiguous output)."""
     from zebractl.model import ops
 
     torch_conv = ops.short_conv
@@ -59,19 +73,18 @@ def test_per_tensor_outputs_are_contiguous_and_equal_to_the_fused_split(monkeypa
     print(f"seed {SEED}")
     torch.manual_seed(SEED)
     m = resolve_preset("tiny_kda").config
-    fused_model = build_model(m, kernels=KernelsConfig(qkv_conv="fused"), seed=SEED)
-    split_model = build_model(m, kernels=KernelsConfig(qkv_conv="per_tensor"), seed=SEED)
-    mixers = [
-        [mod for mod in model.modules() if type(mod).__name__ == "KDAMixer"][0]
-        for model in (fused_model, split_model)
-    ]
-    d = mixers[0].d
-    width = 2 * d.key_dim + d.value_dim
-    proj = torch.randn(2, 24, width + 5)  # in_proj's output: q|k|v then other columns
-    qkv = proj[..., :width]
-    fused = fused_qkv(mixers[0], qkv, None)
-    split = fused_qkv(mixers[1], qkv, None)
-    for a, b in zip(fused, split, strict=True):
+    outs, splits = {}, {}
+    for layout in ("fused", "per_tensor"):
+        model = build_model(m, kernels=KernelsConfig(qkv_conv=layout), seed=SEED)
+        mixer = next(mod for mod in model.modules() if type(mod).__name__ == "KDAMixer")
+        torch.manual_seed(SEED)
+        y = torch.randn(2, 24, sum(mixer.split), requires_grad=True)  # in_proj's output
+        qkv, rest = split_in_proj(mixer, y)
+        assert [t.shape[-1] for t in rest] == mixer.split[3:]
+        outs[layout] = fused_qkv(mixer, qkv, None)
+        splits[layout] = _splits(outs[layout][0])
+    assert splits == {"fused": 2, "per_tensor": 1}
+    for a, b in zip(outs["fused"], outs["per_tensor"], strict=True):
         assert b.is_contiguous() and not a.is_contiguous()
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 

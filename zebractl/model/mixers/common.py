@@ -113,34 +113,46 @@ def heads(d: LinearAttentionDims, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tens
     )
 
 
-def fused_qkv(
-    mixer: nn.Module, qkv: Tensor, cu_seqlens: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Short conv + SiLU over in_proj's adjacent q|k|v columns (or SiLU alone), split into heads.
+def split_in_proj(mixer: nn.Module, y: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """A KDA/GDN in_proj output as (its q|k|v columns, the other row blocks' columns): the q|k|v
+    columns as one view (``kernels.qkv_conv: fused``) or three (per_tensor: one split of the
+    projection, so autograd gathers every block's gradient in one concatenation)."""
+    if mixer.opts.kernels.qkv_conv == "per_tensor":
+        parts = y.split(mixer.split, dim=-1)
+        return list(parts[:3]), list(parts[3:])
+    qkv, *rest = y.split(merge_leading(mixer.split, 3), dim=-1)
+    return [qkv], rest
 
-    ``qkv`` is a strided view of the projection: the conv reads it in place (no concatenated copy).
-    ``kernels.qkv_conv``: one conv over the three whose output is split (fused), or one per tensor
-    over its columns and its slice of the weight, each output contiguous (per_tensor).
+
+def fused_qkv(
+    mixer: nn.Module, qkv: list[Tensor], cu_seqlens: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Short conv + SiLU over in_proj's q|k|v columns (or SiLU alone), split into heads.
+
+    ``qkv`` (:func:`split_in_proj`): one strided view of the three blocks, convolved by one kernel
+    whose output is split (``kernels.qkv_conv: fused``), or a view per block, each convolved with
+    its rows of the depthwise weight into a contiguous output (per_tensor). The conv reads the
+    projection in place either way (no concatenated copy).
     """
     d = mixer.d
     widths = [d.key_dim, d.key_dim, d.value_dim]
-    if mixer.opts.kernels.qkv_conv == "per_tensor":
-        return heads(d, *_conv_per_tensor(qkv, widths, mixer.conv1d, mixer.opts, cu_seqlens))
-    x = conv(qkv, mixer.conv1d, mixer.opts, cu_seqlens)
+    if len(qkv) == 3:
+        return heads(d, *_conv_per_tensor(qkv, mixer.conv1d, mixer.opts, cu_seqlens))
+    x = conv(qkv[0], mixer.conv1d, mixer.opts, cu_seqlens)
     return heads(d, *x.split(widths, dim=-1))
 
 
 def _conv_per_tensor(
-    qkv: Tensor,
-    widths: list[int],
+    parts: list[Tensor],
     conv1d: nn.Conv1d | None,
     opts: KernelOptions,
     cu_seqlens: Tensor | None,
 ) -> list[Tensor]:
-    """Conv + SiLU of each column block of ``qkv`` with its rows of the depthwise weight (views:
-    their gradients land in the one parameter)."""
+    """Conv + SiLU of each of ``parts`` with its rows of the depthwise weight (views: their
+    gradients land in the one parameter)."""
     out, start = [], 0
-    for x, n in zip(qkv.split(widths, dim=-1), widths, strict=True):
+    for x in parts:
+        n = x.shape[-1]
         if conv1d is None:
             out.append(F.silu(x))
         else:

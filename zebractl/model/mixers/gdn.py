@@ -22,8 +22,8 @@ from zebractl.model.mixers.common import (
     inv_softplus_dt_,
     keep_state,
     log_uniform_,
-    merge_leading,
     no_init_rule,
+    split_in_proj,
     state_io,
 )
 from zebractl.model.norms import GatedNorm
@@ -77,7 +77,7 @@ class GDNMixer(nn.Module):
     def forward(self, x: Tensor, cu_seqlens: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         d = self.d
-        qkv, z, beta, alpha = self.in_proj(x).split(merge_leading(self.split, 3), dim=-1)
+        qkv, (z, beta, alpha) = split_in_proj(self, self.in_proj(x))
         o = _gdn(self, fused_qkv(self, qkv, cu_seqlens), alpha, beta, cu_seqlens)
         gate = z.view(b, t, d.num_v_heads, d.head_v_dim) if self.cfg.use_gate else None
         return gated_output(self.out_norm, self.out_proj, o, gate)

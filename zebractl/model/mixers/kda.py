@@ -22,8 +22,8 @@ from zebractl.model.mixers.common import (
     inv_softplus_dt_,
     keep_state,
     log_uniform_,
-    merge_leading,
     no_init_rule,
+    split_in_proj,
     state_io,
 )
 from zebractl.model.norms import GatedNorm
@@ -82,7 +82,7 @@ class KDAMixer(nn.Module):
     def forward(self, x: Tensor, cu_seqlens: Tensor | None = None) -> Tensor:
         b, t, _ = x.shape
         d = self.d
-        qkv, f_a, g_a, beta = self.in_proj(x).split(merge_leading(self.split, 3), dim=-1)
+        qkv, (f_a, g_a, beta) = split_in_proj(self, self.in_proj(x))
         qkv = fused_qkv(self, qkv, cu_seqlens)
         f = self.f_b_proj(f_a).view(b, t, d.num_v_heads, d.head_k_dim)
         o = _kda(self, qkv, f, beta, cu_seqlens)
