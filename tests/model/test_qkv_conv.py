@@ -89,6 +89,16 @@ def test_per_tensor_outputs_are_contiguous_and_equal_to_the_fused_split(monkeypa
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
 
 
+GPU_HEADS = {
+    "tiny_kda": ["model.kda.head_k_dim=32", "model.kda.head_v_dim=64"],
+    "tiny_gdn": [],
+}
+"""Head sizes FLA's kernels take: at tiny_kda's CPU head size of 16, FLA 0.6.0's TileLang backward
+for KDA does not compile ("Get different layout for s_dw", fla/ops/kda/backends/tilelang/
+chunk_bwd_dqkg.py; H100, 2026-12-07, e3be359), so KDA runs at the head sizes
+tests/convert/test_convert.py's GPU test uses; tiny_gdn as it is (its case passed there)."""
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("packed", [False, True], ids=["rows", "documents"])
 @pytest.mark.parametrize("name", ["tiny_kda", "tiny_gdn"])
@@ -97,9 +107,11 @@ def test_per_tensor_conv_on_flas_kernels(name, packed):
     relative and each gradient within 1e-3 relative L2 of the fused layout's (FLA's convolution
     sums its weight gradient over blocks of channels whose width it autotunes per width; the
     recurrent kernels see the same numbers in another memory layout)."""
+    from zebractl.config.resolve import resolve_recipe
+
     print(f"seed {SEED}")
     gen = torch.Generator().manual_seed(SEED)
-    m = resolve_preset(name).config
+    m = resolve_recipe(name, GPU_HEADS[name]).run.model
     ids = torch.randint(1, m.vocab_size, (2, 256), generator=gen).cuda()
     ids[0, 100] = ids[1, 31] = EOD
     segments = Segments.from_tokens(ids, EOD) if packed else None

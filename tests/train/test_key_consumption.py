@@ -206,7 +206,9 @@ def _fake_fla(monkeypatch) -> None:
         "fla.modules.fused_cross_entropy.ops.cross_entropy_bwd": ce_bwd,
         # zebractl's own Triton kernels (the defaults rmsnorm_backward tiled, swiglu_kernel packed)
         "zebractl.model.ops.rmsnorm.rms_norm": (
-            lambda x, w, eps, residual=None, prenorm=False: rms(x, w, None, residual, eps, prenorm)
+            lambda x, w, eps, residual=None, prenorm=False, forward="fla": rms(
+                x, w, None, residual, eps, prenorm
+            )
         ),
         "zebractl.model.ops.glu.packed_swiglu": lambda h: T.swiglu(*h.chunk(2, dim=-1)),
         # kernels.compile auto compiles the Mamba2 glue on FLA's kernels: read, not compiled here
@@ -253,7 +255,7 @@ def not_applicable(cfg) -> set[str]:
     if "gdn" not in blocks:
         out.add("kernels.gdn_gate_in_kernel")
     if not blocks & {"kda", "gdn"}:
-        out |= {"kernels.qk_l2norm_in_kernel", "kernels.fused_gated_norm"}
+        out |= {"kernels.qk_l2norm_in_kernel", "kernels.fused_gated_norm", "kernels.qkv_conv"}
     if "mamba2" not in blocks:  # the Mamba2 scan's precision and the Mamba2 mixer's glue
         out |= {"kernels.ssd_precision", "kernels.compile"}
     return out
