@@ -7,7 +7,8 @@
 # Trains RECIPE twice from the same seed on the prepared dataset DATA (ITERS iterations, micro =
 # global = MICRO, warm-up ITERS/10, no checkpoint): "defaults" as given, "levers" with the --set
 # arguments; writes OUT/curves.{defaults,levers}.metrics.jsonl, curve_*.log and
-# OUT/curves.compare.json (A = levers, B = defaults). PY (default python3) runs zebractl.
+# OUT/curves.compare.json (A = levers, B = defaults). PY (default python3) runs zebractl;
+# CURVES_NAME (default curves) names the files instead (NAME.*, NAME_*.log).
 set -uo pipefail
 DATA=$1 OUT=$2 RECIPE=$3 ITERS=$4 MICRO=$5; shift 5
 PY=${PY:-python3}
@@ -16,10 +17,11 @@ T=(--set "data.paths=[{path: $DATA}]" --set data.tokenizer=null --set parallelis
    --set batch.micro="$MICRO" --set batch.global="$MICRO" --set schedule.iterations="$ITERS"
    --set schedule.warmup_iterations=$(( ITERS / 10 > 0 ? ITERS / 10 : 1 )) --set checkpoint.enabled=false)
 runs=${CURVES_RUNS:-/tmp/zruns}
+name=${CURVES_NAME:-curves}
 for v in levers defaults; do
   extra=(); [ "$v" = levers ] && extra=("$@")
-  "$PY" -m zebractl train "$RECIPE" "${T[@]}" "${extra[@]}" --output "$runs/curve_$v" \
-    > "$OUT/curve_$v.log" 2>&1 || { echo "curves: $v failed (see $OUT/curve_$v.log)"; exit 1; }
-  cp "$runs/curve_$v/metrics.jsonl" "$OUT/curves.$v.metrics.jsonl"
+  "$PY" -m zebractl train "$RECIPE" "${T[@]}" "${extra[@]}" --output "$runs/${name}_$v" \
+    > "$OUT/${name%s}_$v.log" 2>&1 || { echo "$name: $v failed (see $OUT/${name%s}_$v.log)"; exit 1; }
+  cp "$runs/${name}_$v/metrics.jsonl" "$OUT/$name.$v.metrics.jsonl"
 done
-"$PY" -m zebractl compare "$runs/curve_levers" "$runs/curve_defaults" --json > "$OUT/curves.compare.json"
+"$PY" -m zebractl compare "$runs/${name}_levers" "$runs/${name}_defaults" --json > "$OUT/$name.compare.json"

@@ -18,6 +18,11 @@
 #   curves   benchmarks/device/curves.sh: zebra_mamba_300M_hybrid trained LEVERS_CURVE_ITERS (200)
 #            iterations at micro 16 with the defaults and with both Mamba2 levers off (fp32 scan,
 #            eager glue) from the same seed, then `zebractl compare` (curves.compare.json);
+#   fp8      (only when named) LEVERS_FP8_RECIPE (zebra_mamba_1B_hybrid_1gpu) at micro 16: step_bench's
+#            ours, ours_fp8 (tensorwise) and ours_fp8_rowwise side by side (bench_fp8.json), then
+#            curves.sh with kernels.fp8_mlp=LEVERS_FP8_MODE (rowwise) against bf16 over
+#            LEVERS_CURVE_ITERS iterations (fp8_curves.*, fp8_curves.compare.json: issue 41 asks the
+#            loss within 0.5%);
 #   profile  benchmarks/profile_step.py of kda_300M, gdn_300M (micro M) and zebra_mamba_300M_hybrid
 #            (micro 16), the defaults: profile_*.md and .json;
 #   gputests  pytest -m gpu over LEVERS_PYTEST_ARGS (default: tests/generate tests/convert).
@@ -96,6 +101,11 @@ run 220 bench_hybrid "$PY" benchmarks/step_bench.py --preset zebra_mamba_300M_hy
   zebra_gdn_300M_hybrid --runs ours:16 ours_mamba_fast:16 --json-out "$OUT/bench_hybrid.json"
 run 300 curves bash benchmarks/device/curves.sh "$DATA" "$OUT" zebra_mamba_300M_hybrid \
   "$CURVE_ITERS" 16 --set kernels.ssd_precision=fp32 --set kernels.compile=none
+FP8_RECIPE=${LEVERS_FP8_RECIPE:-zebra_mamba_1B_hybrid_1gpu}
+run 200 fp8_bench "$PY" benchmarks/step_bench.py --preset "$FP8_RECIPE" --repeat-ours \
+  --runs ours:16 ours_fp8:16 ours_fp8_rowwise:16 --json-out "$OUT/bench_fp8.json"
+CURVES_NAME=fp8_curves run 360 fp8_curves bash benchmarks/device/curves.sh "$DATA" "$OUT" \
+  "$FP8_RECIPE" "$CURVE_ITERS" 16 --set kernels.fp8_mlp="${LEVERS_FP8_MODE:-rowwise}"
 for spec in "kda_300M:$M:ours" "gdn_300M:$M:ours" "zebra_mamba_300M_hybrid:16:ours"; do
   IFS=: read -r preset micro impl <<< "$spec"
   run 100 "profile_${preset}_$impl" "$PY" benchmarks/profile_step.py --preset "$preset" \
