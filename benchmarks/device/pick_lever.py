@@ -5,7 +5,8 @@
 prints the first VARIANT whose tokens/s beat the defaults on every preset in the file, or ``none``.
 Beating means faster than the faster of ``ours`` and ``ours_repeat`` (the defaults timed first and
 last in the same process) by more than the two differ from each other (the run's own spread). A
-variant missing on a preset, or one that ran out of memory, does not win. The ratios go to stderr.
+variant missing on a preset, or one that ran out of memory, does not win. The ratios go to stderr;
+a file that is missing or not step_bench's JSON list exits 2, naming it.
 """
 
 from __future__ import annotations
@@ -40,11 +41,28 @@ def pick(rows: list[dict], variants: list[str]) -> tuple[str, list[str]]:
     return winner, lines
 
 
+def _rows(path: Path) -> list[dict]:
+    """The benchmark's results: a JSON list of objects (ValueError naming the file otherwise)."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: not a list of results (step_bench.py --json-out writes one)")
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    rows = json.loads(Path(argv[0]).read_text())
+    try:
+        rows = _rows(Path(argv[0]))
+    except ValueError as exc:
+        print(f"pick_lever: {exc}", file=sys.stderr)
+        return 2
     winner, lines = pick(rows, argv[1:])
     print("\n".join(lines), file=sys.stderr)
     print(winner)

@@ -52,3 +52,21 @@ def test_the_command_prints_the_winner(tmp_path):
     assert r.stdout.strip() == "v" and "a v: 1.1000x" in r.stderr
     bad = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
     assert bad.returncode == 2
+
+
+def test_a_missing_or_malformed_file_exits_2_naming_it(tmp_path):
+    cases = {
+        tmp_path / "missing.json": "cannot be read",
+        tmp_path / "cut.json": ":1: not JSON",
+        tmp_path / "object.json": "not a list of results",
+        tmp_path / "numbers.json": "not a list of results",
+    }
+    (tmp_path / "cut.json").write_text('[{"check": "step"')
+    (tmp_path / "object.json").write_text('{"a": 1}')
+    (tmp_path / "numbers.json").write_text("[1, 2]")
+    for path, message in cases.items():
+        r = subprocess.run(
+            [sys.executable, str(SCRIPT), str(path), "v"], capture_output=True, text=True
+        )
+        assert r.returncode == 2 and str(path) in r.stderr and message in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and r.stdout == ""

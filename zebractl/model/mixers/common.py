@@ -135,11 +135,10 @@ def fused_qkv(
     projection in place either way (no concatenated copy).
     """
     d = mixer.d
-    widths = [d.key_dim, d.key_dim, d.value_dim]
     if len(qkv) == 3:
         return heads(d, *_conv_per_tensor(qkv, mixer.conv1d, mixer.opts, cu_seqlens))
     x = conv(qkv[0], mixer.conv1d, mixer.opts, cu_seqlens)
-    return heads(d, *x.split(widths, dim=-1))
+    return heads(d, *x.split([d.key_dim, d.key_dim, d.value_dim], dim=-1))
 
 
 def _conv_per_tensor(
