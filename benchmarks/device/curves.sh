@@ -20,6 +20,10 @@ runs=${CURVES_RUNS:-/tmp/zruns}
 name=${CURVES_NAME:-curves}
 for v in levers defaults; do
   extra=(); [ "$v" = levers ] && extra=("$@")
+  # a fresh run directory: a second call on a warm machine would otherwise append its run to the
+  # first call's metrics.jsonl (zebractl keeps a run directory's history), and the files copied
+  # below would hold both runs
+  rm -rf "${runs:?}/${name}_$v"
   "$PY" -m zebractl train "$RECIPE" "${T[@]}" "${extra[@]}" --output "$runs/${name}_$v" \
     > "$OUT/${name%s}_$v.log" 2>&1 || { echo "$name: $v failed (see $OUT/${name%s}_$v.log)"; exit 1; }
   cp "$runs/${name}_$v/metrics.jsonl" "$OUT/$name.$v.metrics.jsonl"
