@@ -28,7 +28,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p "$out"
-echo "{\\"call\\": \\"$FAKE_CALL\\", \\"sets\\": ${#sets[@]}, \\"last\\": \\"${sets[-1]}\\"}" >> "$out/metrics.jsonl"
+printf '{"call": "%s", "sets": %d, "last": "%s"}\\n' "$FAKE_CALL" "${#sets[@]}" "${sets[-1]}" \\
+  >> "$out/metrics.jsonl"
 """
 
 

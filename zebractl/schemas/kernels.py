@@ -26,9 +26,9 @@ class KernelsConfig(StrictModel):
     rmsnorm_forward: Literal["fla", "tiled"] = "fla"
     """Forward kernel of the fused RMSNorm with ``rmsnorm_backward: tiled``: fla = FLA 0.6.0's
     (one program per row for rows wider than 512: 6.5 ms of kda_300M's step at micro-batch 32 on an
-    H100, where its memory traffic takes 4.0 ms; benchmarks/README.md, 2026-12-06, 45a9fe8); tiled = zebractl's (a tile of rows per program,
-    FLA's arithmetic, one rounding per output; on an H100, 8 and 18 of 4.2 million bf16 outputs
-    differ from FLA's by one rounding). ``rmsnorm_backward: fla`` runs FLA's function whole: tiled
+    H100, where its memory traffic takes 4.0 ms; benchmarks/README.md, 2026-12-06, 45a9fe8);
+    tiled = zebractl's (a tile of rows per program, FLA's arithmetic, one rounding per output; on
+    an H100, 8 and 18 of 4.2 million bf16 outputs differ from FLA's by one rounding). ``rmsnorm_backward: fla`` runs FLA's function whole: tiled
     is refused with it. Opt-in: side by side on an H100 at micro-batch 32 (2026-12-07, e3be359) it
     measured 0.995x the step of kda_300M and 1.001x gdn_300M's (with qkv_conv per_tensor: 0.994x and
     1.009x), none beyond the run's spread on both (benchmarks/README.md)."""
@@ -50,9 +50,10 @@ class KernelsConfig(StrictModel):
     recurrent kernels copy each to a contiguous tensor, and autograd concatenates their gradients
     for the convolution's backward); per_tensor = one kernel per tensor, each reading its columns
     in place and writing a contiguous output from in_proj split once (no copies, one
-    concatenation of in_proj's gradient instead of two; three launches each way). Each channel's convolution is the same either way. Other mixers: no effect. Opt-in: side
-    by side on an H100 at micro-batch 32 (2026-12-07, e3be359) per_tensor measured 0.994x the
-    step of kda_300M and 1.003x gdn_300M's, within the run's spread (benchmarks/README.md)."""
+    concatenation of in_proj's gradient instead of two; three launches each way). Each channel's
+    convolution is the same either way. Other mixers: no effect. Opt-in: side by side on an H100
+    at micro-batch 32 (2026-12-07, e3be359) per_tensor measured 0.994x the step of kda_300M and
+    1.003x gdn_300M's, within the run's spread (benchmarks/README.md)."""
     fused_linear_cross_entropy: bool = True
     """Chunked LM head + loss that never materialises the [tokens x vocab] logits: bf16
     tensor-core products with the weight gradient accumulated in fp32 (zebractl's; FLA's Triton

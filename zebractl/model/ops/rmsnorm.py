@@ -14,8 +14,9 @@ each output once from the fp32 value (tests/model/test_rmsnorm.py checks both ag
 
 The forward (``forward``): FLA's ``layer_norm_fwd`` (one program per row for rows wider than 512:
 6.5 ms for a kda_300M step's 25 calls at micro-batch 32 on an H100 against 4.0 ms of memory traffic
-at the H100's rate; benchmarks/README.md, the profile of 2026-12-06 at 45a9fe8) or ours (``tiled``: a tile of rows per program, FLA's arithmetic: the residual
-added in fp32, the fp32 sum normalised, ``y = (x * rstd) * w``, one rounding per output). With a
+at the H100's rate; benchmarks/README.md, the profile of 2026-12-06 at 45a9fe8) or ours
+(``tiled``: a tile of rows per program, FLA's arithmetic: the residual added in fp32, the fp32 sum
+normalised, ``y = (x * rstd) * w``, one rounding per output). With a
 residual it stores the sum (in the residual's dtype) that the next block adds to and the backward
 reads.
 """
