@@ -61,14 +61,16 @@ def helper_processes(monkeypatch):
 
 SHIPPED_STEPS = 20
 SHIPPED_SETS = (
-    # the shipped recipe, logged every step, no side trips (validation and saves do not change
-    # the training numbers, they only cost time) but its own checkpoint interval (20): one save,
-    # of the last iteration, that a fine-tune can start from
+    # the shipped recipe, logged every step, its own checkpoint interval (20): one save, of the
+    # last iteration, that a fine-tune can start from; two held-out batches after iterations 10 and
+    # 20 (test_trainer's learning test reads them). Neither changes the training numbers: the
+    # golden losses were recorded without validation and still match.
     "logging.interval=1",
     "logging.tensorboard=false",
-    "validation=null",
+    "validation={interval: 10, iterations: 2}",
 )
 _SHIPPED: dict[str, Path] = {}
+_SHIPPED_RESULTS: dict[Path, object] = {}
 
 
 def _shipped(demo_data: Path, out: Path, recipe: str, *more: str, steps: int) -> Path:
@@ -81,7 +83,9 @@ def _shipped(demo_data: Path, out: Path, recipe: str, *more: str, steps: int) ->
     trainer = Trainer(
         r.run, run, ResolvedConfigRecord.of(r), stop_after=steps, console=lambda s: None
     )
-    assert trainer.fit().iterations == steps
+    result = trainer.fit()
+    assert result.iterations == steps
+    _SHIPPED_RESULTS[out] = result
     return out
 
 
@@ -91,7 +95,8 @@ def shipped_run(tmp_path_factory, demo_data) -> Callable[..., Path]:
     ``steps`` iterations of a shipped recipe as shipped (its schedule too, stopped there) on the
     demo corpus, with :data:`SHIPPED_SETS` and ``sets``. Without ``out``, trained once per session
     for each (recipe, sets, steps): the golden tests and the fine-tune tests read the same
-    tiny_hybrid run; copy it before changing it. With ``out``: trained there, every call."""
+    tiny_hybrid run; copy it before changing it. With ``out``: trained there, every call.
+    ``shipped_run.results[folder]``: the run's RunResult."""
 
     def get(recipe: str, *sets: str, steps: int = SHIPPED_STEPS, out: Path | None = None) -> Path:
         if out is not None:
@@ -102,4 +107,5 @@ def shipped_run(tmp_path_factory, demo_data) -> Callable[..., Path]:
             _SHIPPED[key] = _shipped(demo_data, folder, recipe, *sets, steps=steps)
         return _SHIPPED[key]
 
+    get.results = _SHIPPED_RESULTS  # type: ignore[attr-defined]
     return get

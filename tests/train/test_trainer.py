@@ -21,27 +21,28 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tiny_kda", "tiny_gdn", "tiny_mamba", "tiny_hybrid"])
-def test_tiny_recipes_learn_and_validate_on_real_text(recipe, fast, tmp_path):
-    # the recipes' own held-out 2% (data.split 98/2/0), evaluated every 10 iterations and at the end
-    sets = ("schedule.iterations=30", "validation={interval: 10, iterations: 2}")
-    result = fast.train(recipe, tmp_path, *sets)
-    assert result.stopped == "done" and result.iterations == 30
-    losses = fast.losses(tmp_path)
+def test_tiny_recipes_learn_and_validate_on_real_text(recipe, shipped_run, fast):
+    # the golden test's run (conftest's shipped_run: the recipe as shipped, stopped after 20 of
+    # its 60 iterations), its own held-out 2% (data.split 98/2/0) evaluated every 10 iterations
+    out = shipped_run(recipe)
+    result = shipped_run.results[out]
+    assert result.stopped == "limit" and result.iterations == 20
+    rows = fast.rows(out)
+    losses = {r["iteration"]: r["loss"] for r in rows}
     first = sum(losses[i] for i in (1, 2, 3)) / 3
-    last = sum(losses[i] for i in (28, 29, 30)) / 3
+    last = sum(losses[i] for i in (18, 19, 20)) / 3
     assert first > 10.0  # ~ln(50304) at initialisation
     assert last < first - 1.5, (first, last)
-    row = fast.rows(tmp_path)[-1]
     assert {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "wall_time", "run_id"} <= set(
-        row
+        rows[-1]
     )
-    val = fast.rows(tmp_path, "val")
-    assert [r["iteration"] for r in val] == [10, 20, 30]
-    assert all(r["tokens"] == 2 * 8 * 64 for r in val)
+    val = fast.rows(out, "val")
+    assert [r["iteration"] for r in val] == [10, 20]
+    assert all(r["tokens"] == 2 * 16 * 128 for r in val)  # 2 batches of the recipe's 16 x 128
     assert val[0]["val_loss"] > val[-1]["val_loss"] + 0.5, val
     assert val[-1]["val_ppl"] == pytest.approx(torch.tensor(val[-1]["val_loss"]).exp().item())
     assert result.val_loss == val[-1]["val_loss"]
-    assert result.checkpoint == ckpt.checkpoint_dir(tmp_path / "checkpoints", 30)
+    assert result.checkpoint == ckpt.checkpoint_dir(out / "checkpoints", 20)
 
 
 @pytest.mark.slow
