@@ -241,10 +241,8 @@ _RESULTS: tuple[Any, Any] | None = None
 
 
 def shield_writers() -> None:
-    """When a run starts to save (:meth:`zebractl.train.checkpointer.Checkpointer.start_async`)
-    and before each save: megatron's writers report to a queue served by a process that ignores
-    the stop signals (:mod:`zebractl.runtime.stop_signals`) and has imported what they report
-    (:func:`serve_results`).
+    """Before a save: megatron's writers report to a queue served by a process that ignores the
+    stop signals (:mod:`zebractl.runtime.stop_signals`).
 
     megatron's writer processes send their results through one process-wide queue served by a
     multiprocessing manager, which megatron spawns at the first save with Python's default signal
@@ -275,31 +273,10 @@ def shield_writers() -> None:
         resource_tracker.ensure_running()
     manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # megatron's own kind
     with stop_signals.held():
-        manager.start(initializer=serve_results)
+        manager.start(initializer=stop_signals.ignore)
     queue_ = manager.Queue()  # the proxy keeps the manager alive; it shuts down at exit
     filesystem_async._results_queue = queue_
     _RESULTS = (manager, queue_)
-
-
-RESULT_TYPES = "torch.distributed.checkpoint"
-"""The package of the writers' results (``WriteResult``), which the queue's server unpickles."""
-
-
-def serve_results() -> None:
-    """The initializer of :func:`shield_writers`' queue server (its own process): ignore the stop
-    signals, and import :data:`RESULT_TYPES` in a thread while the server starts. The server
-    unpickles each result as it arrives, and imported torch to read the first: the first save of
-    every process waited 1.6 s for that on a 2-core CPU (a 3-iteration run's blocking save took
-    2.1 s); by the first save the import is done (an unpickling that comes sooner waits for it)."""
-    import importlib
-    import threading
-
-    from zebractl.runtime import stop_signals
-
-    stop_signals.ignore()
-    threading.Thread(
-        target=importlib.import_module, args=(RESULT_TYPES,), name="result-types", daemon=True
-    ).start()
 
 
 _ABANDONED: list[Any] = []
