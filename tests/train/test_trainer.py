@@ -27,14 +27,13 @@ def test_tiny_recipes_learn_and_validate_on_real_text(recipe, shipped_run, fast)
     out = shipped_run(recipe)
     result = shipped_run.results[out]
     assert result.stopped == "limit" and result.iterations == 20
-    rows = fast.rows(out)
-    losses = {r["iteration"]: r["loss"] for r in rows}
+    losses = fast.losses(out)
     first = sum(losses[i] for i in (1, 2, 3)) / 3
     last = sum(losses[i] for i in (18, 19, 20)) / 3
     assert first > 10.0  # ~ln(50304) at initialisation
     assert last < first - 1.5, (first, last)
     assert {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "wall_time", "run_id"} <= set(
-        rows[-1]
+        fast.rows(out)[-1]
     )
     val = fast.rows(out, "val")
     assert [r["iteration"] for r in val] == [10, 20]
