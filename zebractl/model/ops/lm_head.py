@@ -47,17 +47,25 @@ def chunk_size(tokens: int, num_chunks: int) -> int:
 
 
 def _ce_torch(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
-    """Per-token loss of ``logits`` (fp32), and the logit gradient written over ``logits``."""
-    lf = logits.float()
+    """Per-token loss of ``logits`` (fp32), and the logit gradient written over ``logits``.
+
+    Two sweeps of the chunk: one fused log-softmax in fp32, then its exponent written straight
+    over ``logits`` (the softmax, rounded once to their dtype); the target entries (``p - 1``,
+    fp32) and the rows of ignored labels are written after. The softmax part of the tiny recipes'
+    loss on a CPU, where it is most of their step (benchmarks/README.md, "The CPU's step")."""
     valid = labels != ignore_index
     safe = labels.masked_fill(~valid, 0)
-    lse = torch.logsumexp(lf, dim=-1)
-    target = lf.gather(1, safe[:, None]).squeeze(1)
-    loss = torch.where(valid, lse - target, torch.zeros_like(lse))
-    grad = torch.exp(lf - lse[:, None])
-    grad[torch.arange(grad.shape[0], device=grad.device), safe] -= 1.0
-    grad *= valid[:, None].to(grad.dtype)
-    logits.copy_(grad)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    target = logp.gather(1, safe[:, None]).squeeze(1)
+    loss = torch.where(valid, -target, torch.zeros_like(target))
+    torch.exp(logp, out=logits)
+    del logp
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    logits[rows, safe] = target.exp().sub_(1.0).to(logits.dtype)
+    if logits.is_cuda:  # no host sync
+        logits.masked_fill_(~valid[:, None], 0.0)
+    else:  # only the ignored rows
+        logits[(~valid).nonzero().squeeze(1)] = 0.0
     return loss
 
 
