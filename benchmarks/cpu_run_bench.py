@@ -72,6 +72,18 @@ def _run(tree: Path, recipe: str, data: Path, steps: int, script: Path) -> dict:
     return out
 
 
+def _commit(tree: Path) -> str | None:
+    """The tree's commit (with a ``+`` when its tracked files differ from it), None outside git."""
+    git = ["git", "-C", str(tree)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="a prepared demo corpus")
@@ -101,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         summary.append(
             {
                 "tree": str(t),
+                "commit": _commit(t),
                 "wall_s": [r["wall_s"] for r in rs],
                 "median_s": wall,
                 "speedup_vs_first": base / wall,
