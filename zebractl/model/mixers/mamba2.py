@@ -32,7 +32,7 @@ from zebractl.model.mixers.common import (
     state_io,
 )
 from zebractl.model.norms import GroupGatedNorm, group_gated_norm
-from zebractl.model.ops import KernelOptions
+from zebractl.model.ops import KernelOptions, regions
 from zebractl.schemas.preset import ModelConfig
 
 Tensor = torch.Tensor
@@ -79,8 +79,8 @@ def _glue(opts: KernelOptions) -> bool:
 @functools.cache
 def _compiled(fn: Callable) -> Callable:
     """``fn`` compiled once per process (``kernels.compile: glue``): Inductor, fixed shapes, one
-    graph (a graph break is an error, not a silent fallback)."""
-    return torch.compile(fn, dynamic=False, fullgraph=True)
+    graph (:mod:`zebractl.model.ops.regions`: eager past Dynamo's recompile limit)."""
+    return regions.region(fn)
 
 
 class Mamba2Mixer(nn.Module):

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from zebractl.model.ops import regions
+
 Tensor = torch.Tensor
 
 MIN_CAPABILITY = (8, 9)
@@ -134,6 +136,7 @@ def swiglu_mlp(
 
 
 @functools.cache
-def compiled_swiglu_mlp():
-    """:func:`swiglu_mlp` as one compiled region (compiled on first use; shared by all MLPs)."""
-    return torch.compile(swiglu_mlp, fullgraph=True, dynamic=False)
+def compiled_swiglu_mlp() -> regions.Region:
+    """:func:`swiglu_mlp` as one compiled region (compiled on first use; shared by all MLPs;
+    :mod:`zebractl.model.ops.regions`)."""
+    return regions.region(swiglu_mlp)
