@@ -36,9 +36,23 @@ def limit_one():
     torch._dynamo.reset()
 
 
-def test_calls_past_the_recompile_limit_run_eagerly_and_say_so_once(limit_one, caplog):
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_calls_past_the_recompile_limit_run_eagerly_and_say_so_once(limit_one, caplog, device):
     r = regions.Region(_glue)
-    a, b = torch.arange(6.0).reshape(2, 3), torch.arange(20.0).reshape(4, 5)
+    a = torch.arange(6.0, device=device).reshape(2, 3)
+    b = torch.arange(20.0, device=device).reshape(4, 5)
     with caplog.at_level(logging.INFO, logger=regions.__name__):
         assert torch.equal(r(a, 3), a * 3 + 1.0)  # compiled
         assert (r.limit_hit, r.eager_calls) == (False, 0)
