@@ -98,7 +98,8 @@ class KernelsConfig(StrictModel):
     kernels, each region fused into a few generated kernels: in the Mamba2 mixer, the decay and
     input-gate preparation (softplus, group expansion, dt scaling) and the skip, gate and grouped
     RMSNorm after the scan. Compiled on the first step (counted in the cold start); training only
-    (evaluation and generation run eagerly). auto: glue with FLA's kernels (CUDA), none elsewhere
+    (evaluation and generation run eagerly); a process that reaches Dynamo's recompile limit (many
+    shapes) runs the further shapes eagerly. auto: glue with FLA's kernels (CUDA), none elsewhere
     (the CPU's pure-PyTorch path is not worth a compile). none: eager PyTorch."""
     cuda_graph: bool = False
     """Capture one micro-batch's forward and backward as a CUDA graph after two eager micro-steps
