@@ -45,33 +45,34 @@ def _signature(args: tuple[Any, ...], kw: dict[str, Any]) -> Hashable:
 
 
 class Region:
-    """``fn`` compiled (``torch.compile(fn, dynamic=False, fullgraph=True)``), eager for calls past
-    Dynamo's recompile limit. ``eager_calls``: how many calls ran eagerly."""
+    """``fn`` compiled (``torch.compile(fn, dynamic=False, fullgraph=True)``), eager for the calls
+    Dynamo refuses past its recompile limit. ``eager_calls``: how many calls ran eagerly."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.compiled = torch.compile(fn, dynamic=False, fullgraph=True)
-        self.limit_hit = False
         self.eager_calls = 0
-        self._compiled_for: set[Hashable] = set()
+        self._refused: set[Hashable] = set()  # signatures Dynamo refused: eager without asking
+
+    @property
+    def limit_hit(self) -> bool:
+        return bool(self._refused)
 
     def __call__(self, *args: Any, **kw: Any) -> Any:
-        sig = _signature(args, kw)
-        if self.limit_hit and sig not in self._compiled_for:
+        # nothing is computed per call until Dynamo first refuses one (a training run: never)
+        if self._refused and _signature(args, kw) in self._refused:
             return self._eager(args, kw)
         try:
-            out = self.compiled(*args, **kw)
+            return self.compiled(*args, **kw)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
-            if not self.limit_hit:
+            if not self._refused:
                 log.info(
                     "%s: Dynamo's recompile limit (%s) reached; calls with new shapes run eagerly",
                     getattr(self.fn, "__qualname__", self.fn),
                     torch._dynamo.config.recompile_limit,
                 )
-            self.limit_hit = True
+            self._refused.add(_signature(args, kw))
             return self._eager(args, kw)
-        self._compiled_for.add(sig)
-        return out
 
     def _eager(self, args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         self.eager_calls += 1
