@@ -2,8 +2,8 @@
 refuses run eagerly with the same values (exact: the region is a product and a sum of fp32
 numbers that Inductor and eager round alike at this size), said once; the shapes compiled before
 keep running compiled; a graph break is still an error. Dynamo's limit is lowered to 1 here (8
-by default), so a second shape reaches it (found on a GPU test worker that had run tiny Mamba2
-models of 8 shapes before: FailOnRecompileLimitHit out of the model's forward)."""
+by default), so a second shape reaches it (found by the GPU check at 00933e9: a test worker that
+had compiled the Mamba2 glue 8 times raised FailOnRecompileLimitHit out of the model's forward)."""
 
 from __future__ import annotations
 
