@@ -102,16 +102,18 @@ def test_abort_leaves_the_save_in_flight_unfinished(tmp_path):
 def test_async_save_makes_a_saver_only_when_checkpoints_are_on(tmp_path, monkeypatch):
     from zebractl.run import async_save
 
+    readied: list[bool] = []
     monkeypatch.setattr(async_save, "AsyncSaver", lambda group, staging: FakeSaver())
+    monkeypatch.setattr(ckpt, "ready_writers", lambda: readied.append(True))
     c, _ = _checkpointer(tmp_path, "checkpoint.async_save=true")
     c.start_async(None, None)
-    assert c.saver is not None
+    assert c.saver is not None and readied == [True]
     off, _ = _checkpointer(tmp_path, "checkpoint.async_save=true", "checkpoint.enabled=false")
     off.start_async(None, None)
-    assert off.saver is None
+    assert off.saver is None and readied == [True]  # a run that never saves starts no writers
     sync, _ = _checkpointer(tmp_path)
     sync.start_async(None, None)
-    assert sync.saver is None
+    assert sync.saver is None and readied == [True, True]  # blocking saves use them too
 
 
 def test_resume_takes_the_newest_checkpoint_that_loads(tmp_path):

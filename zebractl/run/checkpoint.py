@@ -240,6 +240,16 @@ _RESULTS: tuple[Any, Any] | None = None
 """(manager, queue) of :func:`shield_writers`."""
 
 
+def ready_writers() -> None:
+    """At the start of a run that saves, while the kernels compile: import megatron's save path and
+    start the writers' result queue (:func:`shield_writers`), which the first save would otherwise
+    wait for (a tiny run on a CPU: its first save 2.7 s against 0.2-0.3 s for the later ones)."""
+    from megatron.core.dist_checkpointing import serialization  # noqa: F401 - the save's imports
+    from megatron.core.dist_checkpointing.strategies import fully_parallel  # noqa: F401
+
+    shield_writers()
+
+
 def shield_writers() -> None:
     """Before a save: megatron's writers report to a queue served by a process that ignores the
     stop signals (:mod:`zebractl.runtime.stop_signals`).
@@ -273,10 +283,28 @@ def shield_writers() -> None:
         resource_tracker.ensure_running()
     manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # megatron's own kind
     with stop_signals.held():
-        manager.start(initializer=stop_signals.ignore)
+        manager.start(initializer=_results_server)
     queue_ = manager.Queue()  # the proxy keeps the manager alive; it shuts down at exit
     filesystem_async._results_queue = queue_
     _RESULTS = (manager, queue_)
+
+
+def _results_server() -> None:
+    """The initializer of :func:`shield_writers`' manager process: the stop signals ignored, and
+    torch's checkpoint types imported in the background. The server unpickles each writer's report
+    (torch's ``WriteResult``s): without them imported, the first report imported torch while the
+    save it ends waited (2.2 s of a tiny CPU run's first save, 2.5 s in all against 0.3 s for
+    the next ones)."""
+    import threading
+
+    from zebractl.runtime import stop_signals
+
+    stop_signals.ignore()
+    threading.Thread(target=_import_report_types, name="zebractl-report-types", daemon=True).start()
+
+
+def _import_report_types() -> None:
+    import torch.distributed.checkpoint  # noqa: F401 - WriteResult, MetadataIndex, _StorageInfo
 
 
 _ABANDONED: list[Any] = []

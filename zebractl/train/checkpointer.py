@@ -129,10 +129,12 @@ class Checkpointer:
         """The background saver (``checkpoint.async_save``: true, or auto where
         :func:`background_saves` allows), its pinned host staging reserved for ``staged_bytes``
         (on a GPU; None on a CPU) while training starts; ``group``: the CPU process group of a
-        multi-rank run (None with one). Says at the start how this run saves."""
+        multi-rank run (None with one). Says at the start how this run saves, and readies the
+        writers either way (:func:`zebractl.run.checkpoint.ready_writers`)."""
         c = self.cfg.checkpoint
         if not c.enabled:
             return
+        ckpt.ready_writers()
         on, why = background_saves(c.async_save, staged_bytes, self.world)
         if self.world > 1:  # the saver is collective: every rank saves the same way
             flag = torch.tensor([int(on)])
