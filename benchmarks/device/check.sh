@@ -65,11 +65,12 @@
 #   CHECK_PYTHON=python3  the interpreter (local mode: e.g. .venv/bin/python)
 #   CHECK_DATA=DIR        local mode: a prepared dataset (default gpu_data/ or data/demo/)
 #   CHECK_CACHE_DIR=DIR   reuse this ZEBRACTL_CACHE_DIR instead of a fresh one (not wiped)
-#   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants
+#   CHECK_FLA_VARIANTS="fla_shipped fla_tuned"   step_bench.py's FLA variants (none: no step_bench)
 #   CHECK_PERF_EXTRA=1    the perf phase also times zebra_mamba_300M_hybrid, kda_300M and
 #                         zebra_gdn_300M_hybrid at micro 16 in one process (bench_micro16) and the
 #                         default checkpoint save's training pause (stall_kda_300M) and, on a GPU
-#                         over 100 GB, CHECK_PERF_BIG as shipped (4 iterations each); 0: not
+#                         over 100 GB, CHECK_PERF_BIG as shipped (4 iterations each); 0: not;
+#                         stall: only stall_kda_300M
 #   CHECK_PERF_BIG="zebra_mamba_1B_hybrid_1gpu zebra_kda_1B_hybrid_1gpu"   those recipes (empty: none)
 #   CHECK_PERF_RECIPES="kda_300M gdn_300M"   the perf phase's recipes (one of them: a shorter job; the
 #                         record then says the other was not measured)
@@ -231,24 +232,30 @@ phase_perf() {
       --output "$JOB/runs/perf_$recipe" --json
     rc=$?; [ $rc = 0 ] || fails+=("$(why "perf_$recipe" $rc)")
   done
-  for v in $FLA_VARIANTS; do runs+=("$v:$micro"); done
+  for v in $FLA_VARIANTS; do [ "$v" = none ] || runs+=("$v:$micro"); done
   for recipe in $PERF_RECIPES; do
+    [ ${#runs[@]} -gt 0 ] || break  # CHECK_FLA_VARIANTS=none: no FLA side by side
     gpu_step perf "bench_$recipe" 120 TERM "$PY" benchmarks/step_bench.py --preset "$recipe" \
       --runs "${runs[@]}" --json-out "$JOB/bench_$recipe.json"
     rc=$?; [ $rc = 0 ] || fails+=("$(why "bench_$recipe" $rc)")
   done
-  if [ "${CHECK_PERF_EXTRA:-1}" = 1 ]; then
+  local extra=${CHECK_PERF_EXTRA:-1}
+  if [ "$extra" = 1 ]; then
     # the hybrids against the pure KDA model at micro 16, one process, defaults (issue 41)
     gpu_step perf bench_micro16 300 TERM "$PY" benchmarks/step_bench.py --preset \
       zebra_mamba_300M_hybrid kda_300M zebra_gdn_300M_hybrid --runs ours:16 \
       --json-out "$JOB/bench_micro16.json"
     rc=$?; [ $rc = 0 ] || fails+=("$(why bench_micro16 $rc)")
+  fi
+  if [ "$extra" = 1 ] || [ "$extra" = stall ]; then
     # the default checkpoint save's training pause: a save every 3 of 9 iterations
     gpu_step perf stall_kda_300M 120 TERM "$PY" -m zebractl train kda_300M "${TRAIN[@]}" \
       --set batch.micro="$micro" --set batch.global="$micro" --set schedule.iterations=9 \
       --set schedule.warmup_iterations=1 --set checkpoint.interval=3 \
       --output "$JOB/runs/stall_kda_300M" --json
     rc=$?; [ $rc = 0 ] || fails+=("$(why stall_kda_300M $rc)")
+  fi
+  if [ "$extra" = 1 ]; then
     # the one-GPU 1B hybrids as shipped (their micro- and global batch, seq): they need > 80 GB
     if [ "$(gpu_mib)" -ge 100000 ]; then
       for recipe in $PERF_BIG; do
