@@ -61,3 +61,29 @@ def test_a_tree_whose_own_zebractl_did_not_run_is_refused(tmp_path, script, monk
     monkeypatch.setenv("PYTHONPATH", str(elsewhere))
     with pytest.raises(SystemExit, match="ran the zebractl of"):
         bench.main(["--data", str(tmp_path), "--trees", str(empty), "--repeat", "1"])
+
+
+SAVING_CHILD = """
+import json, sys
+import zebractl
+assert json.loads(sys.argv[4]) == ["checkpoint.interval=4"], sys.argv
+print(json.dumps({"source": zebractl.__path__[0], "wall_s": zebractl.WALL.pop(0),
+                  "iterations_s": 1.0, "losses": zebractl.LOSSES, "saves_s": [2.5, 0.3, 0.2]}))
+"""
+
+
+def test_the_sets_reach_the_run_and_its_first_save_is_told_apart(
+    tmp_path, script, monkeypatch, capsys
+):
+    bench = script("cpu_run_bench")
+    monkeypatch.setattr(bench, "CHILD", SAVING_CHILD)
+    tree = _tree(tmp_path / "t", [3.0, 5.0], [1.0])
+    out = tmp_path / "bench.json"
+    argv = ["--data", str(tmp_path), "--trees", str(tree), "--repeat", "2"]
+    assert bench.main([*argv, "--set", "checkpoint.interval=4", "--json-out", str(out)]) == 0
+    assert "first save median 2.50 s, later saves 0.25 s" in capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert rec["meta"]["sets"] == ["checkpoint.interval=4"]
+    (row,) = rec["trees"]
+    assert row["saves_s"] == [[2.5, 0.3, 0.2]] * 2
+    assert (row["first_save_median_s"], row["later_saves_median_s"]) == (2.5, 0.25)
