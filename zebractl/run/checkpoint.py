@@ -243,7 +243,7 @@ _RESULTS: tuple[Any, Any] | None = None
 def ready_writers() -> None:
     """At the start of a run that saves, while the kernels compile: import megatron's save path and
     start the writers' result queue (:func:`shield_writers`), which the first save would otherwise
-    wait for (a tiny run on a CPU: its first save 2.7 s against 0.2-0.3 s for the later ones)."""
+    wait for (a tiny run on a CPU: its first save 3.7 s against 0.3 s for the later ones)."""
     from megatron.core.dist_checkpointing import serialization  # noqa: F401 - the save's imports
     from megatron.core.dist_checkpointing.strategies import fully_parallel  # noqa: F401
 
@@ -290,20 +290,21 @@ def shield_writers() -> None:
 
 
 def _results_server() -> None:
-    """The initializer of :func:`shield_writers`' manager process: the stop signals ignored, and
-    torch's checkpoint types imported in the background. The server unpickles each writer's report
-    (torch's ``WriteResult``s): without them imported, the first report imported torch while the
-    save it ends waited (2.2 s of a tiny CPU run's first save, 2.5 s in all against 0.3 s for
-    the next ones)."""
-    import threading
+    """The initializer of :func:`shield_writers`' manager process: the stop signals ignored, the
+    libraries' warnings hidden as zebractl hides them (unless -v), and torch's checkpoint types
+    imported before the server starts. The server unpickles each writer's report (torch's
+    ``WriteResult``s): without them imported, the first report imported torch while the save it
+    ends waited (2.2 s of a tiny CPU run's first save, 3.7 s in all against 0.3 s for the next
+    ones). Imported here, not in a thread beside the server: a report unpickled meanwhile imported
+    the same modules, and Python's import lock refused one of the two (``_DeadlockError``)."""
+    import os
+    import warnings
 
-    from zebractl.runtime import stop_signals
+    from zebractl.runtime import quiet, stop_signals
 
     stop_signals.ignore()
-    threading.Thread(target=_import_report_types, name="zebractl-report-types", daemon=True).start()
-
-
-def _import_report_types() -> None:
+    if os.environ.get(quiet.VERBOSE_ENV) != "1":
+        warnings.filterwarnings("ignore", module=quiet.MODULE_PATTERN)
     import torch.distributed.checkpoint  # noqa: F401 - WriteResult, MetadataIndex, _StorageInfo
 
 
