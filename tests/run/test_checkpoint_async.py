@@ -349,6 +349,44 @@ def test_the_writers_are_ready_before_the_first_save(process_group, tmp_path):
     assert _manager_process() is manager
 
 
+RUN_THAT_DIES = """
+import time
+from zebractl.run import checkpoint
+checkpoint.ready_writers()
+print(checkpoint._RESULTS[0]._process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (or is a zombie waiting for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc/PID/stat")
+def test_the_results_manager_ends_with_a_run_killed_outright():
+    """A run killed with SIGKILL (or by the OOM killer) cannot shut its manager down, and the
+    manager ignores the stop signals: it outlived the run until a reboot. It exits within a few
+    seconds of its run now."""
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-c", RUN_THAT_DIES], stdout=subprocess.PIPE) as run:
+        try:
+            manager = int(run.stdout.readline())
+            assert not _gone(manager)
+        finally:
+            run.kill()
+    deadline = time.monotonic() + 30
+    while not _gone(manager):
+        assert time.monotonic() < deadline, f"the manager {manager} outlived its run"
+        time.sleep(0.1)
+
+
 def test_a_dead_results_manager_is_replaced_before_the_next_save(process_group, tmp_path):
     """A manager killed outright (SIGKILL) is started again by the next save."""
     _save(tmp_path, 1, False)

@@ -296,16 +296,34 @@ def _results_server() -> None:
     ``WriteResult``s): without them imported, the first report imported torch while the save it
     ends waited (2.2 s of a tiny CPU run's first save, 3.7 s in all against 0.3 s for the next
     ones). Imported here, not in a thread beside the server: a report unpickled meanwhile imported
-    the same modules, and Python's import lock refused one of the two (``_DeadlockError``)."""
+    the same modules, and Python's import lock refused one of the two (``_DeadlockError``).
+    It ends with the process that started it (:func:`_end_with`)."""
     import os
+    import threading
     import warnings
 
     from zebractl.runtime import quiet, stop_signals
 
     stop_signals.ignore()
+    watch = threading.Thread(target=_end_with, args=(os.getppid(),), name="zebractl-parent-watch")
+    watch.daemon = True
+    watch.start()
     if os.environ.get(quiet.VERBOSE_ENV) != "1":
         warnings.filterwarnings("ignore", module=quiet.MODULE_PATTERN)
     import torch.distributed.checkpoint  # noqa: F401 - WriteResult, MetadataIndex, _StorageInfo
+
+
+def _end_with(parent: int) -> None:
+    """In the report server: exit once ``parent`` (the run's process) is gone. A run killed outright
+    (SIGKILL, the kernel's OOM killer, a node's scheduler) never shuts its manager down, and the
+    server ignores the stop signals: it outlived the run, holding torch in host memory, until
+    the machine rebooted. Polled once a second (``os.getppid`` changes when the parent dies)."""
+    import os
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 _ABANDONED: list[Any] = []
