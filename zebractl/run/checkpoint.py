@@ -243,7 +243,7 @@ _RESULTS: tuple[Any, Any] | None = None
 def ready_writers() -> None:
     """At the start of a run that saves, while the kernels compile: import megatron's save path and
     start the writers' result queue (:func:`shield_writers`), which the first save would otherwise
-    wait for (a tiny run on a CPU: its first save 3.7 s against 0.3 s for the later ones)."""
+    wait for (a tiny run on a CPU: its first save took 2.45 s against 0.20 s for the later ones)."""
     from megatron.core.dist_checkpointing import serialization  # noqa: F401 - the save's imports
     from megatron.core.dist_checkpointing.strategies import fully_parallel  # noqa: F401
 
@@ -294,8 +294,8 @@ def _results_server() -> None:
     libraries' warnings hidden as zebractl hides them (unless -v), and torch's checkpoint types
     imported before the server starts. The server unpickles each writer's report (torch's
     ``WriteResult``s): without them imported, the first report imported torch while the save it
-    ends waited (2.2 s of a tiny CPU run's first save, 3.7 s in all against 0.3 s for the next
-    ones). Imported here, not in a thread beside the server: a report unpickled meanwhile imported
+    ends waited (most of a tiny CPU run's first save: 2.45 s against 0.20 s for the next ones).
+    Imported here, not in a thread beside the server: a report unpickled meanwhile imported
     the same modules, and Python's import lock refused one of the two (``_DeadlockError``).
     It ends with the process that started it (:func:`_end_with`)."""
     import os
