@@ -339,9 +339,9 @@ def test_the_writers_are_ready_before_the_first_save(process_group, tmp_path):
     """:func:`ckpt.ready_writers` (a run's setup) starts the results manager, which has imported
     torch's checkpoint types before it serves: the first writer report no longer waits for that
     import (2.2 s of a tiny CPU run's first save). The manager is the one the save then uses."""
-    os.kill(_manager_process().pid, signal.SIGKILL)  # one an earlier test started, if any
-    _manager_process().join(timeout=30)
+    _kill_manager()
     ckpt.ready_writers()
+    ckpt.writers_started()  # the end of setup
     manager = _manager_process()
     assert manager.is_alive()
     assert "libtorch" in _maps(manager.pid)
@@ -349,10 +349,42 @@ def test_the_writers_are_ready_before_the_first_save(process_group, tmp_path):
     assert _manager_process() is manager
 
 
+def _kill_manager() -> None:
+    """SIGKILL the results manager an earlier test started (or a fresh one of megatron's)."""
+    dead = _manager_process()
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.join(timeout=30)
+
+
+def test_setup_does_not_wait_for_the_report_server(process_group, monkeypatch):
+    """:func:`ckpt.ready_writers` returns while the manager is still starting (2.3-2.5 s on a
+    2-core CPU, most of it the server importing torch): setup goes on; :func:`ckpt.writers_started`
+    (the end of setup) waits for it. Held here by a start that waits for an event."""
+    import threading
+    from multiprocessing.managers import SyncManager
+
+    _kill_manager()
+    entered, release = threading.Event(), threading.Event()
+    real = SyncManager.start
+
+    def held_start(self, *args, **kwargs):
+        entered.set()
+        assert release.wait(60)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncManager, "start", held_start)
+    ckpt.ready_writers()  # returns with the start held
+    assert entered.wait(30) and not ckpt._serving()
+    release.set()
+    ckpt.writers_started()
+    assert ckpt._serving() and _manager_process().is_alive()
+
+
 RUN_THAT_DIES = """
 import time
 from zebractl.run import checkpoint
 checkpoint.ready_writers()
+checkpoint.writers_started()
 print(checkpoint._RESULTS[0]._process.pid, flush=True)
 time.sleep(600)
 """

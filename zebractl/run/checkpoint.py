@@ -239,15 +239,60 @@ def megatron_writing() -> Iterator[None]:
 _RESULTS: tuple[Any, Any] | None = None
 """(manager, queue) of :func:`shield_writers`."""
 
+_STARTING: Any = None
+"""The thread :func:`ready_writers` starts the manager in, until :func:`writers_started` joins it."""
+
 
 def ready_writers() -> None:
-    """At the start of a run that saves, while the kernels compile: import megatron's save path and
-    start the writers' result queue (:func:`shield_writers`), which the first save would otherwise
-    wait for (a tiny run on a CPU: its first save took 2.45 s against 0.20 s for the later ones)."""
-    from megatron.core.dist_checkpointing import serialization  # noqa: F401 - the save's imports
-    from megatron.core.dist_checkpointing.strategies import fully_parallel  # noqa: F401
+    """At the start of a run that saves: import megatron's save path, and start the writers'
+    report server (:func:`shield_writers`) in a thread, which :func:`writers_started` joins at the
+    end of setup. The first save waited for both (a tiny run on a CPU: its first save took 2.45 s
+    against 0.20 s for the later ones); in a thread, setup does not wait for the server's start
+    (2.3-2.5 s on that CPU, most of it the server importing torch) either. The imports stay in this
+    thread (two threads importing the same modules can deadlock), and so does the resource
+    tracker's start (a lock a fork would copy held)."""
+    global _STARTING
+    import threading
+    from multiprocessing import managers, resource_tracker  # noqa: F401 - the thread's imports
 
-    shield_writers()
+    from megatron.core.dist_checkpointing import serialization  # noqa: F401 - the save's imports
+    from megatron.core.dist_checkpointing.strategies import filesystem_async, fully_parallel  # noqa: F401
+    from torch import multiprocessing  # noqa: F401
+
+    from zebractl.runtime import stop_signals
+
+    writers_started()
+    if _serving():
+        return
+    with stop_signals.held():
+        resource_tracker.ensure_running()
+    _STARTING = threading.Thread(target=_start_quietly, name="zebractl-report-server", daemon=True)
+    _STARTING.start()
+
+
+def writers_started() -> None:
+    """Wait for the start :func:`ready_writers` began (at the end of setup, before the training
+    loop forks data workers; and before each save). A start that failed is not raised here: the
+    save starts the server again and reports its own failure."""
+    global _STARTING
+    if _STARTING is not None:
+        _STARTING.join()
+        _STARTING = None
+
+
+def _start_quietly() -> None:
+    with contextlib.suppress(Exception):  # the save starts it again and reports the failure
+        _start_server()
+
+
+def _serving() -> bool:
+    if _RESULTS is None:
+        return False
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    manager, queue_ = _RESULTS
+    process = getattr(manager, "_process", None)
+    return filesystem_async._results_queue is queue_ and process is not None and process.is_alive()
 
 
 def shield_writers() -> None:
@@ -259,9 +304,15 @@ def shield_writers() -> None:
     handlers. A SIGTERM or SIGUSR1 sent to the run's process group (torchrun stopping its workers,
     Slurm, ``timeout``) killed it, and the save the stop was completing failed: a
     ``ConnectionRefusedError`` traceback from the background writer, ``BrokenPipeError`` from a
-    blocking save, exit 1 instead of 143 (issue 42). This starts that manager, once, with the stop
-    signals held back until its initializer ignores them, and starts another if it died since (a
-    SIGKILL)."""
+    blocking save, exit 1 instead of 143 (issue 42). This starts that manager, once (unless
+    :func:`ready_writers` did), with the stop signals held back until its initializer ignores them,
+    and starts another if it died since (a SIGKILL)."""
+    writers_started()
+    if not _serving():
+        _start_server()
+
+
+def _start_server() -> None:
     global _RESULTS
     from multiprocessing import resource_tracker
     from multiprocessing.managers import SyncManager
@@ -271,14 +322,10 @@ def shield_writers() -> None:
 
     from zebractl.runtime import stop_signals
 
-    if _RESULTS is not None:
-        manager, queue_ = _RESULTS
-        process = getattr(manager, "_process", None)
-        if filesystem_async._results_queue is queue_ and process is not None and process.is_alive():
-            return
     # spawning a process starts multiprocessing's resource tracker first, with SIGINT and SIGTERM
     # blocked around it and unblocked after: started here, SIGUSR1 stays blocked for its life too,
-    # and the manager below is spawned with all three still held
+    # and the manager below is spawned with all three still held (in the calling thread: the
+    # signal mask is a thread's, and a spawned process inherits its starter's)
     with stop_signals.held():
         resource_tracker.ensure_running()
     manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # megatron's own kind

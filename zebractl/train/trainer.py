@@ -146,6 +146,7 @@ class Trainer:
             raise
         if compiling is not None:
             self.console(compiling.join())
+        ckpt.writers_started()  # the checkpoint writers' report server, before data workers fork
         self.flops_tok = flops_per_token(cfg.model, cfg.data.seq_length).training
         self.peak = setup.peak_flops(self.device)
 
