@@ -439,6 +439,7 @@ begin() {  # begin MODE: the job folder, meta.env, env.sh
   CHECK_XDIST=${CHECK_XDIST-3}  # unset: three workers; set and empty: one process
   meta PHASES "$PHASES"; meta XDIST "$CHECK_XDIST"; meta DRY_RUN "$DRY"
   meta FLA_VARIANTS "$FLA_VARIANTS"; meta EVAL_TASK "$EVAL_TASK"; meta EVAL_LIMIT "$EVAL_LIMIT"
+  meta PERF_RECIPES "$PERF_RECIPES"
   meta HOST "$(hostname 2>/dev/null)"
   progress "check $1: phases $PHASES, budget ${BUDGET} s, job $JOB"
 }

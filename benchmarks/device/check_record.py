@@ -444,6 +444,8 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
     ended = {r["phase"]: r for r in read_tsv(job / "phases.tsv", PHASE_COLUMNS)}
     requested = (meta.get("PHASES") or " ".join(DEFAULT_PHASES)).split()
     variants = (meta.get("FLA_VARIANTS") or f"{CLAIM_VARIANT} fla_tuned").split()
+    variants = [v for v in variants if v != "none"]  # CHECK_FLA_VARIANTS=none: no step_bench
+    asked = (meta.get("PERF_RECIPES") or " ".join(PERF_RECIPES)).split()
     t0 = num(meta.get("T0"))
     t_end = num(meta.get("T_END")) or (time.time() if partial else None)
 
@@ -503,7 +505,7 @@ def build(job: Path, partial: bool = False) -> dict[str, Any]:
             info["reason"] = "; ".join(_step_reason(s, job) for s in bad)
         phases[name] = info
 
-    _refine(phases, sections, steps, job)
+    _refine(phases, sections, steps, job, asked)
     for name in ("perf", "memory", "tests", "parity", "eval"):
         sections[name] = {
             **(sections[name] or {}),
@@ -585,7 +587,9 @@ def _selected(job: Path) -> int | None:
     return collected - (deselected or 0) if collected is not None else None
 
 
-def _refine(phases: dict, sections: dict, steps: list[dict[str, str]], job: Path) -> None:
+def _refine(
+    phases: dict, sections: dict, steps: list[dict[str, str]], job: Path, asked: list[str]
+) -> None:
     """A phase whose commands exited 0 is ok only if its results are there; a failure's reason
     says what the results say (failed tests, tolerances) before what the exit code says."""
     t = phases["tests"]
@@ -622,7 +626,7 @@ def _refine(phases: dict, sections: dict, steps: list[dict[str, str]], job: Path
     p = phases["perf"]
     if p["status"] in ("ok", "failed"):
         missing = []
-        for recipe in PERF_RECIPES:
+        for recipe in (r for r in PERF_RECIPES if r in asked):  # CHECK_PERF_RECIPES's
             r = sections["perf"][recipe]
             if r["ours"]["tokens_per_s"] is None:
                 missing.append(f"{recipe} ours: {r['ours'].get('missing')}")

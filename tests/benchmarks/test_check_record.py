@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -417,3 +418,41 @@ def test_the_1b_hybrids_as_shipped_get_their_row_or_the_reason_they_did_not_run(
     )
     rec = cr.build(job)
     assert rec["perf"]["big"]["zebra_kda_1B_hybrid_1gpu"]["missing"].startswith("needs a GPU of")
+
+
+def test_a_perf_phase_of_one_recipe_without_fla_is_judged_on_what_it_ran(cr, tmp_path):
+    """CHECK_PERF_RECIPES=kda_300M with CHECK_FLA_VARIANTS=none (a short job: one recipe and the
+    save pause): the phase is ok on kda_300M's own rows; gdn_300M and the FLA rows are absent
+    from the record, not failures. A recipe that was asked for and left no row still fails it."""
+    job = _job(tmp_path)
+    meta = (
+        (job / "meta.env")
+        .read_text()
+        .replace("FLA_VARIANTS=fla_shipped fla_tuned", "FLA_VARIANTS=none")
+    )
+    (job / "meta.env").write_text(meta + "PERF_RECIPES=kda_300M\n")
+    steps = [
+        s
+        for s in (job / "steps.tsv").read_text().splitlines()
+        if "\tperf_gdn" not in s and "\tbench_" not in s
+    ]
+    (job / "steps.tsv").write_text("\n".join(steps) + "\n")
+    ph = (
+        (job / "phases.tsv")
+        .read_text()
+        .replace("perf\tfailed", "perf\tok")
+        .replace("bench_gdn_300M exited 1", "")
+    )
+    (job / "phases.tsv").write_text(ph)
+    shutil.rmtree(job / "runs" / "perf_gdn_300M")
+    rec = json.loads(cr.write(job, tmp_path / "out").read_text())
+    p = rec["phases"]["perf"]
+    assert (p["status"], p["reason"]) == ("ok", None)
+    assert (
+        rec["perf"]["kda_300M"]["ours"]["tokens_per_s"] is not None
+        and rec["perf"]["kda_300M"]["fla"] == {}
+    )
+    shutil.rmtree(job / "runs" / "perf_kda_300M")  # asked for, and no row: a failure
+    rec = json.loads(cr.write(job, tmp_path / "out2").read_text())
+    assert rec["phases"]["perf"]["status"] == "failed"
+    assert "kda_300M ours" in rec["phases"]["perf"]["reason"]
